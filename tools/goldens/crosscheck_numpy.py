@@ -143,7 +143,12 @@ def convT(x, w, stride):  # w [Cin, Cout, K]
         for k in range(Kk): out[t * stride + k] += x[t] @ w[:, :, k]
     return out[: out.shape[0] - (Kk - stride)]
 cnh, cnkv, chd = tk["n_heads"], tk["n_kv_heads"], tk["head_dim"]
-r = 2 ** (-8 / cnh); slopes = np.array([r ** i for i in range(cnh)])
+def pow2_slopes(n): return [(2 ** (-8 / n)) ** i for i in range(n)]
+# spec 6.4 for a power of two; otherwise vllm-omni get_alibi_slopes: those of the largest power
+# of two m < n, then every other slope of 2m
+if math.log2(cnh).is_integer(): slopes = np.array(pow2_slopes(cnh))
+else:
+    m = 2 ** int(math.floor(math.log2(cnh))); slopes = np.array(pow2_slopes(m) + pow2_slopes(2 * m)[0::2][: cnh - m])
 def ctrans(x, prefix, n, w):
     T = x.shape[0]; d = np.arange(T)[None, :] - np.arange(T)[:, None]
     bias = slopes[:, None, None] * d[None] + np.where((d > 0) | (d < -w), -np.inf, 0.0)[None]
