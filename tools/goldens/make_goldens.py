@@ -290,13 +290,54 @@ class Reference:
                                        for i in range(self.n_ac)], dtype=np.int32)
 
     # ----- tokenizer (P8: raw text, no sanitising) -----
+    def _load_mistral_tokenizer(self):
+        """mistral-common's MistralTokenizer on tekken.json. Test tekken files that
+        mistral-common refuses (no audio sampling fields, no [TRANSCRIBE]-style control
+        names, which its InstructTokenizerV7 looks up) are loaded from a temporary copy
+        with only those fields filled in; the BPE vocab, pattern, ids and voice counts
+        are untouched, so the encoded ids are the same. The edits go to meta."""
+        import tempfile
+        from mistral_common.tokens.tokenizers.base import SpecialTokens
+        from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+        path = self.dir / "tekken.json"
+        try:
+            return MistralTokenizer.from_file(str(path)), []
+        except Exception as first:  # noqa: BLE001
+            tek = json.loads(path.read_text())
+            fixes = [f"mistral-common refused the file as is: {type(first).__name__}: {first}"]
+            audio = tek.setdefault("audio", {})
+            for k, v in (("sampling_rate", 24000), ("frame_rate", 12.5),
+                         ("audio_encoding_config", {"num_mel_bins": 128, "hop_length": 160, "window_size": 400})):
+                if k not in audio:
+                    audio[k] = v
+                    fixes.append(f"audio.{k} := {v}")
+            specials = tek.get("special_tokens") or []
+            have = {t["token_str"] for t in specials}
+            free = [t for t in specials if t["token_str"].startswith("<SPECIAL_")]
+            free.sort(key=lambda t: -t["rank"])  # take the highest unused ranks
+            for name in (t.value for t in SpecialTokens):
+                if name not in have and free:
+                    t = free.pop(0)
+                    fixes.append(f"special rank {t['rank']}: {t['token_str']} := {name}")
+                    t["token_str"] = name
+            with tempfile.TemporaryDirectory() as td:
+                tmp = Path(td) / "tekken.json"
+                tmp.write_text(json.dumps(tek))
+                return MistralTokenizer.from_file(str(tmp)), fixes
+
     def prompt_ids(self, text: str, voice: str) -> list[int]:
         from mistral_common.protocol.speech.request import SpeechRequest
-        from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
-        tok = MistralTokenizer.from_file(str(self.dir / "tekken.json"))
-        ids = tok.encode_speech_request(SpeechRequest(input=text, voice=voice)).tokens
-        self.voice_num_audio_tokens = tok.instruct_tokenizer.audio_encoder.audio_config.voice_num_audio_tokens
-        return list(ids)
+        tok, self.tekken_fixes = self._load_mistral_tokenizer()
+        ids = list(tok.encode_speech_request(SpeechRequest(input=text, voice=voice)).tokens)
+        # sanity: the layout of spec section 2
+        enc = tok.instruct_tokenizer.audio_encoder
+        n = enc.audio_config.voice_num_audio_tokens[voice]
+        bos = int(self.params["multimodal"].get("bos_token_id", 1))
+        head = [bos, enc.begin_audio_token] + [enc.audio_token] * n + [enc.text_to_audio_token]
+        tail = [enc.audio_to_text_token, enc.begin_audio_token]
+        if ids[:len(head)] != head or ids[-2:] != tail or enc.audio_token != self.audio_token_id:
+            raise ValueError(f"unexpected prompt layout: {ids}")
+        return ids
 
     # ----- P4: one frame of the flow head -----
     def flow_frame(self, h: mx.array, x0: np.ndarray) -> tuple[list[int], np.ndarray]:
@@ -483,6 +524,8 @@ def main(argv=None) -> int:
     if a.noise == "given" and not a.noise_file:
         case["noise_seed"] = a.noise_seed
     meta["voice_file"] = vsrc
+    if ref.tekken_fixes:
+        meta["tekken_compat_fixes"] = ref.tekken_fixes
     meta["end_frame"] = end_frame
     case["meta"] = meta
     (a.out / "case.json").write_text(dump_json(case))
