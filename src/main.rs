@@ -1,4 +1,5 @@
-fn main() {
-    let t = tch::Tensor::from_slice(&[1.0f32, 2.0]);
-    println!("{}", t.sum(tch::Kind::Float).double_value(&[]));
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    voxtral_tts::cli::main()
 }

@@ -1,0 +1,62 @@
+//! The `voxtral-tts` command line.
+
+mod synth;
+
+use crate::testmodel::{make_test_model, Preset};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "voxtral-tts",
+    version,
+    about = "Voxtral-4B-TTS speech synthesis"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Synthesize speech to a WAV file (16-bit PCM, mono, 24 kHz).
+    Synth(synth::SynthArgs),
+    /// List the preset voices of a model folder.
+    Voices {
+        /// Model folder (params.json, consolidated.safetensors, tekken.json, voice_embedding/).
+        #[arg(long)]
+        model: PathBuf,
+    },
+    /// Write a random checkpoint in the published layout (for tests and benchmarks).
+    MakeTestModel {
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, value_enum)]
+        preset: Preset,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Synth(args) => synth::run(args),
+        Command::Voices { model } => synth::list_voices(&model),
+        Command::MakeTestModel { out, preset, seed } => make_test_model(&out, preset, seed),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

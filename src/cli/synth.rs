@@ -1,0 +1,135 @@
+//! `voxtral-tts synth` and `voxtral-tts voices`.
+
+use crate::device::DeviceChoice;
+use crate::model::{Noise, SynthesisRequest, Voxtral, DEFAULT_MAX_FRAMES};
+use crate::tensor::tch_backend::TchTensor;
+use crate::tensor::DType;
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+pub struct SynthArgs {
+    /// Model folder (params.json, consolidated.safetensors, tekken.json, voice_embedding/).
+    #[arg(long)]
+    model: PathBuf,
+    /// Preset voice name (see `voxtral-tts voices`).
+    #[arg(long)]
+    voice: String,
+    #[arg(long)]
+    text: String,
+    /// Output WAV file.
+    #[arg(long)]
+    output: PathBuf,
+    #[arg(long, default_value_t = DEFAULT_MAX_FRAMES)]
+    max_frames: usize,
+    /// Noise seed; a random one (printed) when absent.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Scale of the flow head's starting noise; 0 gives deterministic output.
+    #[arg(long, default_value_t = 1.0)]
+    noise_scale: f32,
+    #[arg(long, value_parser = parse_dtype, default_value = "bf16")]
+    dtype: DType,
+    /// auto | cpu | cuda | cuda:N (auto prefers CUDA).
+    #[arg(long, default_value = "auto")]
+    device: DeviceChoice,
+    /// Also write {"prompt_ids": [...], "codes": [[...], ...]} to this JSON file.
+    #[arg(long)]
+    dump_codes: Option<PathBuf>,
+}
+
+pub fn parse_dtype(s: &str) -> Result<DType, String> {
+    match s {
+        "bf16" => Ok(DType::BF16),
+        "f32" => Ok(DType::F32),
+        _ => Err(format!("unknown dtype {s:?}: expected bf16 or f32")),
+    }
+}
+
+fn load(dir: &Path, device: DeviceChoice, dtype: DType) -> Result<Voxtral<TchTensor>> {
+    let device = device.resolve_tch().map_err(anyhow::Error::msg)?;
+    Voxtral::load(dir, &device, dtype).map_err(anyhow::Error::from)
+}
+
+pub fn run(args: SynthArgs) -> Result<()> {
+    let _guard = tch::no_grad_guard();
+    let model = load(&args.model, args.device, args.dtype)?;
+    if !model.has_voice(&args.voice) {
+        let names: Vec<&str> = model.voices().collect();
+        bail!(
+            "unknown voice {:?}; available: {}",
+            args.voice,
+            names.join(", ")
+        );
+    }
+    let seed = args.seed.unwrap_or_else(rand::random);
+    if args.seed.is_none() && args.noise_scale > 0.0 {
+        eprintln!("seed: {seed}");
+    }
+    let request = SynthesisRequest {
+        text: args.text,
+        voice: args.voice,
+        max_frames: args.max_frames,
+        noise: Noise::Seeded {
+            seed,
+            scale: args.noise_scale,
+        },
+    };
+    let mut generation = model.start(&request)?;
+    let bar = indicatif::ProgressBar::new(args.max_frames as u64).with_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} frames {pos}/{len} [{elapsed_precise}] {per_sec}",
+        )
+        .expect("valid template"),
+    );
+    while generation.next_frame().is_some() {
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let synthesis = generation.finish()?;
+    write_wav(&args.output, &synthesis.pcm, model.sample_rate())?;
+    if let Some(path) = &args.dump_codes {
+        let json =
+            serde_json::json!({"prompt_ids": synthesis.prompt_ids, "codes": synthesis.codes});
+        write_atomically(path, serde_json::to_string(&json)?.as_bytes())?;
+    }
+    eprintln!(
+        "{} frames ({:.2} s of audio, stopped by {:?}) -> {}",
+        synthesis.codes.len(),
+        synthesis.pcm.len() as f64 / model.sample_rate() as f64,
+        synthesis.stop,
+        args.output.display()
+    );
+    Ok(())
+}
+
+pub fn list_voices(dir: &Path) -> Result<()> {
+    let model = load(dir, DeviceChoice::Cpu, DType::BF16)?;
+    for v in model.voices() {
+        println!("{v}");
+    }
+    Ok(())
+}
+
+fn write_wav(path: &Path, pcm: &[f32], sample_rate: u32) -> Result<()> {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut bytes = std::io::Cursor::new(Vec::new());
+    let mut w = hound::WavWriter::new(&mut bytes, spec)?;
+    for &x in pcm {
+        w.write_sample((x.clamp(-1.0, 1.0) * i16::MAX as f32).round() as i16)?;
+    }
+    w.finalize()?;
+    write_atomically(path, bytes.get_ref())
+}
+
+/// Writes via a temporary file and a rename, so a failed run never leaves a partial file.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("partial");
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}

@@ -1,0 +1,467 @@
+//! The causal codec decoder: codes -> 24 kHz waveform.
+//! Dequantize (semantic table | FSQ levels), a causal conv, then transformer stages with
+//! ALiBi sliding-window attention and 2x transposed-conv upsampling, then a patch projection.
+
+use super::checkpoint::Checkpoint;
+use super::error::LoadError;
+use super::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
+use super::params::{Config, NUM_AUDIO_SPECIAL_CODES};
+use crate::tensor::{ConvKind, DType, PadMode, Tensor};
+use std::collections::HashMap;
+
+/// Queries per block in windowed attention: keeps the bias small for long audio.
+const ATTENTION_BLOCK: usize = 256;
+/// Floor of the semantic codebook's cluster usage (reference `SemanticCodebook.epsilon`).
+const CLUSTER_USAGE_FLOOR: f32 = 1e-5;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CodecError {
+    #[error("frame {frame}: expected {expected} codes, got {got}")]
+    FrameWidth {
+        frame: usize,
+        expected: usize,
+        got: usize,
+    },
+    #[error("frame {frame}, codebook {codebook}: code {code} is outside {lo}..={hi}")]
+    CodeRange {
+        frame: usize,
+        codebook: usize,
+        code: u32,
+        lo: u32,
+        hi: u32,
+    },
+}
+
+/// Weight norm `W = v * (g / ||v||)`, the norm over every axis but the first, no epsilon.
+fn weight_norm(ckpt: &Checkpoint, prefix: &str, shape: [usize; 3]) -> Result<Vec<f32>, LoadError> {
+    let g = ckpt.load_f32(
+        &format!("{prefix}.parametrizations.weight.original0"),
+        &[shape[0], 1, 1],
+    )?;
+    let mut v = ckpt.load_f32(
+        &format!("{prefix}.parametrizations.weight.original1"),
+        &shape,
+    )?;
+    for (row, gain) in v.chunks_mut(shape[1] * shape[2]).zip(g) {
+        let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let factor = gain / norm;
+        row.iter_mut().for_each(|x| *x *= factor);
+    }
+    Ok(v)
+}
+
+struct CausalConv<T> {
+    weight: T,
+    kernel: usize,
+    stride: usize,
+    pad: PadMode,
+}
+
+impl<T: Tensor> CausalConv<T> {
+    fn load(
+        l: &Loader<T>,
+        prefix: &str,
+        shape: [usize; 3],
+        stride: usize,
+        pad: PadMode,
+    ) -> Result<Self, LoadError> {
+        let w = l.from_f32(&weight_norm(l.ckpt, prefix, shape)?, &shape);
+        Ok(CausalConv {
+            weight: T::prepare_conv_weight(&w, ConvKind::Conv),
+            kernel: shape[2],
+            stride,
+            pad,
+        })
+    }
+
+    /// Left-pads `kernel - stride` and right-pads up to a whole number of strides, so the
+    /// output length is `ceil(len / stride)`.
+    fn forward(&self, x: &T) -> T {
+        let len = x.shape()[1];
+        let (k, s) = (self.kernel, self.stride);
+        let left = k - s;
+        let right = len.div_ceil(s) * s - len;
+        let padded = if self.pad == PadMode::Reflect && len <= left.max(right) {
+            // Reflection needs more samples than the input has: zero-extend first, then cut
+            // the extension back off (reference `pad1d`).
+            let extra = left.max(right) - len + 1;
+            let p = x
+                .pad_time(0, extra, PadMode::Zero)
+                .pad_time(left, right, PadMode::Reflect);
+            let total = p.shape()[1];
+            p.narrow(1, 0, total - extra)
+        } else {
+            x.pad_time(left, right, self.pad)
+        };
+        padded.conv1d(&self.weight, s)
+    }
+}
+
+struct Upsample<T> {
+    weight: T,
+    kernel: usize,
+    stride: usize,
+}
+
+impl<T: Tensor> Upsample<T> {
+    /// Transposed conv, trimming `kernel - stride` samples on the right: length `len * stride`.
+    fn forward(&self, x: &T) -> T {
+        let y = x.conv_transpose1d(&self.weight, self.stride);
+        let trim = self.kernel - self.stride;
+        let len = y.shape()[1];
+        y.narrow(1, 0, len - trim)
+    }
+}
+
+struct CodecLayer<T> {
+    attention_norm: RmsNorm<T>,
+    attention: AttentionProj<T>,
+    q_norm: Option<RmsNorm<T>>,
+    k_norm: Option<RmsNorm<T>>,
+    ffn_norm: RmsNorm<T>,
+    feed_forward: FeedForward<T>,
+    attention_scale: Option<T>,
+    ffn_scale: Option<T>,
+}
+
+/// ALiBi slopes (reference `get_alibi_slopes`): `r^0..r^(n-1)`, `r = 2^(-8/n)` for a power of
+/// two; otherwise those of the largest power of two `m < n`, then every other slope of `2m`.
+pub fn alibi_slopes(n_heads: usize) -> Vec<f32> {
+    let pow2 = |n: usize| -> Vec<f32> {
+        let r = 2f64.powf(-8.0 / n as f64);
+        (0..n).map(|i| r.powi(i as i32) as f32).collect()
+    };
+    if n_heads.is_power_of_two() {
+        return pow2(n_heads);
+    }
+    let m = 1 << n_heads.ilog2();
+    let mut slopes = pow2(m);
+    slopes.extend(pow2(2 * m).into_iter().step_by(2).take(n_heads - m));
+    slopes
+}
+
+struct Stage<T: Tensor> {
+    upsample: Option<Upsample<T>>,
+    layers: Vec<CodecLayer<T>>,
+    window: usize,
+}
+
+pub struct Codec<T: Tensor> {
+    semantic_table: T,
+    semantic_size: usize,
+    levels: usize,
+    n_acoustic: usize,
+    input_conv: CausalConv<T>,
+    stages: Vec<Stage<T>>,
+    output_proj: CausalConv<T>,
+    slopes: Vec<f32>,
+    n_heads: usize,
+    patch: usize,
+    dtype: DType,
+    device: T::Device,
+}
+
+impl<T: Tensor> Codec<T> {
+    pub fn load(l: &Loader<T>, cfg: &Config) -> Result<Self, LoadError> {
+        let c = cfg.codec();
+        let p = "audio_tokenizer";
+        let dim = c.dim;
+
+        let sum = l.ckpt.load_f32(
+            &format!("{p}.quantizer.semantic_codebook.embedding_sum"),
+            &[c.semantic_codebook_size, c.semantic_dim],
+        )?;
+        let usage = l.ckpt.load_f32(
+            &format!("{p}.quantizer.semantic_codebook.cluster_usage"),
+            &[c.semantic_codebook_size],
+        )?;
+        let table: Vec<f32> = sum
+            .chunks(c.semantic_dim)
+            .zip(&usage)
+            .flat_map(|(row, u)| row.iter().map(move |x| x / u.max(CLUSTER_USAGE_FLOOR)))
+            .collect();
+
+        let conv_key = |block: usize| format!("{p}.decoder_blocks.{block}.conv");
+        let input_conv = CausalConv::load(
+            l,
+            &conv_key(0),
+            [dim, cfg.latent_dim(), cfg.codec_stages[0].kernel],
+            1,
+            PadMode::Replicate,
+        )?;
+        let mut stages = Vec::new();
+        let mut block = 1;
+        for (i, st) in cfg.codec_stages.iter().enumerate() {
+            let upsample = if i == 0 {
+                None
+            } else {
+                let shape = [dim, dim, st.kernel];
+                let w = l.from_f32(&weight_norm(l.ckpt, &conv_key(block), shape)?, &shape);
+                block += 1;
+                Some(Upsample {
+                    weight: T::prepare_conv_weight(&w, ConvKind::Transpose),
+                    kernel: st.kernel,
+                    stride: st.stride,
+                })
+            };
+            let layers = (0..st.n_layers)
+                .map(|j| {
+                    CodecLayer::load(l, &format!("{p}.decoder_blocks.{block}.layers.{j}"), cfg)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            block += 1;
+            stages.push(Stage {
+                upsample,
+                layers,
+                window: st.window,
+            });
+        }
+        let output_proj = CausalConv::load(
+            l,
+            &format!("{p}.output_proj.conv"),
+            [c.pretransform_patch_size, dim, c.patch_proj_kernel_size],
+            1,
+            PadMode::Reflect,
+        )?;
+        Ok(Codec {
+            semantic_table: T::from_f32(
+                l.device,
+                &table,
+                &[c.semantic_codebook_size, c.semantic_dim],
+                DType::F32,
+            ),
+            semantic_size: c.semantic_codebook_size,
+            levels: c.acoustic_codebook_size,
+            n_acoustic: c.acoustic_dim,
+            input_conv,
+            stages,
+            output_proj,
+            slopes: alibi_slopes(c.n_heads),
+            n_heads: c.n_heads,
+            patch: c.pretransform_patch_size,
+            dtype: l.dtype,
+            device: l.device.clone(),
+        })
+    }
+
+    /// Checks codes (with their +2 offset, END excluded) before they reach the tensors.
+    pub fn validate(&self, codes: &[Vec<u32>]) -> Result<(), CodecError> {
+        let special = NUM_AUDIO_SPECIAL_CODES as u32;
+        for (frame, row) in codes.iter().enumerate() {
+            if row.len() != 1 + self.n_acoustic {
+                return Err(CodecError::FrameWidth {
+                    frame,
+                    expected: 1 + self.n_acoustic,
+                    got: row.len(),
+                });
+            }
+            for (codebook, &code) in row.iter().enumerate() {
+                let size = if codebook == 0 {
+                    self.semantic_size
+                } else {
+                    self.levels
+                } as u32;
+                if code < special || code >= special + size {
+                    return Err(CodecError::CodeRange {
+                        frame,
+                        codebook,
+                        code,
+                        lo: special,
+                        hi: special + size - 1,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes frames of codes to `frames * samples_per_frame` samples.
+    pub fn decode(&self, codes: &[Vec<u32>]) -> Result<Vec<f32>, CodecError> {
+        self.validate(codes)?;
+        if codes.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(self.forward(&self.latent(codes)).to_vec_f32())
+    }
+
+    /// `[1, frames, semantic_dim + n_acoustic]`: table rows | FSQ levels mapped to [-1, 1].
+    fn latent(&self, codes: &[Vec<u32>]) -> T {
+        let t = codes.len();
+        let special = NUM_AUDIO_SPECIAL_CODES as u32;
+        let ids: Vec<i64> = codes.iter().map(|f| (f[0] - special) as i64).collect();
+        let semantic = self
+            .semantic_table
+            .embedding(&T::from_i64(&self.device, &ids, &[t]));
+        let steps = (self.levels - 1) as f32;
+        let acoustic: Vec<f32> = codes
+            .iter()
+            .flat_map(|f| {
+                f[1..]
+                    .iter()
+                    .map(move |&c| ((c - special) * 2) as f32 / steps - 1.0)
+            })
+            .collect();
+        let acoustic = T::from_f32(&self.device, &acoustic, &[t, self.n_acoustic], DType::F32);
+        T::cat(&[&semantic, &acoustic], 1)
+            .to_dtype(self.dtype)
+            .reshape(&[1, t, self.latent_width()])
+    }
+
+    fn latent_width(&self) -> usize {
+        self.semantic_table.shape()[1] + self.n_acoustic
+    }
+
+    fn forward(&self, latent: &T) -> T {
+        let mut x = self.input_conv.forward(latent);
+        for stage in &self.stages {
+            if let Some(up) = &stage.upsample {
+                x = up.forward(&x);
+            }
+            let mut bias = WindowBias::new(self, stage.window);
+            for layer in &stage.layers {
+                x = layer.forward(&x, &mut bias);
+            }
+        }
+        let y = self.output_proj.forward(&x);
+        let frames = y.shape()[1];
+        y.reshape(&[frames * self.patch])
+    }
+}
+
+/// ALiBi + causal + sliding-window biases of one stage, by (queries, keys, first query - first key).
+struct WindowBias<'a, T: Tensor> {
+    codec: &'a Codec<T>,
+    window: usize,
+    cache: HashMap<(usize, usize, usize), T>,
+}
+
+impl<'a, T: Tensor> WindowBias<'a, T> {
+    fn new(codec: &'a Codec<T>, window: usize) -> Self {
+        WindowBias {
+            codec,
+            window,
+            cache: HashMap::new(),
+        }
+    }
+
+    fn get(&mut self, q_len: usize, k_len: usize, offset: usize) -> T {
+        let (codec, window) = (self.codec, self.window as i64);
+        self.cache
+            .entry((q_len, k_len, offset))
+            .or_insert_with(|| {
+                let mut bias = Vec::with_capacity(codec.n_heads * q_len * k_len);
+                for &slope in &codec.slopes {
+                    let slope = codec.dtype.round_scalar(slope);
+                    for i in 0..q_len {
+                        for j in 0..k_len {
+                            // Position of key j relative to query i.
+                            let rel = j as i64 - (i + offset) as i64;
+                            bias.push(if rel > 0 || rel < -window {
+                                f32::NEG_INFINITY
+                            } else {
+                                codec.dtype.round_scalar(slope * rel as f32)
+                            });
+                        }
+                    }
+                }
+                T::from_f32(
+                    &codec.device,
+                    &bias,
+                    &[1, codec.n_heads, q_len, k_len],
+                    codec.dtype,
+                )
+            })
+            .clone()
+    }
+}
+
+impl<T: Tensor> CodecLayer<T> {
+    fn load(l: &Loader<T>, p: &str, cfg: &Config) -> Result<Self, LoadError> {
+        let c = cfg.codec();
+        let a = AttentionProj::load(
+            l,
+            &format!("{p}.attention"),
+            c.dim,
+            c.n_heads,
+            c.n_kv_heads,
+            c.head_dim,
+        )?;
+        let (qw, kw) = (c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
+        let qk = |name: &str, width: usize| -> Result<Option<RmsNorm<T>>, LoadError> {
+            c.qk_norm
+                .then(|| {
+                    RmsNorm::load(
+                        l,
+                        &format!("{p}.attention.{name}.weight"),
+                        width,
+                        c.qk_norm_eps,
+                    )
+                })
+                .transpose()
+        };
+        let scale = |name: &str| -> Result<Option<T>, LoadError> {
+            c.layer_scale
+                .then(|| l.tensor(&format!("{p}.{name}"), &[c.dim]))
+                .transpose()
+        };
+        Ok(CodecLayer {
+            attention_norm: RmsNorm::load(
+                l,
+                &format!("{p}.attention_norm.weight"),
+                c.dim,
+                c.norm_eps,
+            )?,
+            q_norm: qk("q_norm", qw)?,
+            k_norm: qk("k_norm", kw)?,
+            attention: a,
+            ffn_norm: RmsNorm::load(l, &format!("{p}.ffn_norm.weight"), c.dim, c.norm_eps)?,
+            feed_forward: FeedForward::load(l, &format!("{p}.feed_forward"), c.dim, c.hidden_dim)?,
+            attention_scale: scale("attention_scale")?,
+            ffn_scale: scale("ffn_scale")?,
+        })
+    }
+
+    fn forward(&self, x: &T, bias: &mut WindowBias<'_, T>) -> T {
+        let a = &self.attention;
+        let n = self.attention_norm.forward(x);
+        let (mut q, mut k) = (n.linear(&a.wq), n.linear(&a.wk));
+        // q/k norms act on the full projected width, before the head split.
+        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+            q = qn.forward(&q);
+            k = kn.forward(&k);
+        }
+        let q = a.split_heads(&q, a.n_heads);
+        let k = a.split_heads(&k, a.n_kv_heads);
+        let v = a.split_heads(&n.linear(&a.wv), a.n_kv_heads);
+        let len = x.shape()[1];
+        // Each query sees at most `window + 1` keys, so long inputs attend block by block.
+        let mut outs = Vec::new();
+        let mut start = 0;
+        while start < len {
+            let q_len = ATTENTION_BLOCK.min(len - start);
+            let k_start = start.saturating_sub(bias.window);
+            let k_len = start + q_len - k_start;
+            let b = bias.get(q_len, k_len, start - k_start);
+            outs.push(T::attention(
+                &q.narrow(2, start, q_len),
+                &k.narrow(2, k_start, k_len),
+                &v.narrow(2, k_start, k_len),
+                Some(&b),
+                false,
+                a.scale(),
+            ));
+            start += q_len;
+        }
+        let refs: Vec<&T> = outs.iter().collect();
+        let mut r = a.merge_heads(&T::cat(&refs, 2));
+        if let Some(s) = &self.attention_scale {
+            r = r.mul(s);
+        }
+        let h = x.add(&r);
+        let mut r = self.feed_forward.forward(&self.ffn_norm.forward(&h));
+        if let Some(s) = &self.ffn_scale {
+            r = r.mul(s);
+        }
+        h.add(&r)
+    }
+}

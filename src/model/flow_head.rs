@@ -1,0 +1,238 @@
+//! The flow-matching head: turns one backbone hidden state into a frame of 37 codes.
+//! Semantic code by masked argmax (f32); acoustic codes by 7 Euler steps of a 3-layer
+//! bidirectional transformer with classifier-free guidance, then FSQ rounding.
+
+use super::error::LoadError;
+use super::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
+use super::params::{Config, END_AUDIO_CODE, NUM_AUDIO_SPECIAL_CODES};
+use crate::tensor::{DType, Tensor};
+
+/// Classifier-free guidance weight of the conditional velocity.
+pub const CFG_ALPHA: f32 = 1.2;
+
+struct FlowLayer<T> {
+    attention_norm: RmsNorm<T>,
+    attention: AttentionProj<T>,
+    ffn_norm: RmsNorm<T>,
+    feed_forward: FeedForward<T>,
+}
+
+impl<T: Tensor> FlowLayer<T> {
+    fn forward(&self, x: &T) -> T {
+        let a = &self.attention;
+        let n = self.attention_norm.forward(x);
+        let q = a.split_heads(&n.linear(&a.wq), a.n_heads);
+        let k = a.split_heads(&n.linear(&a.wk), a.n_kv_heads);
+        let v = a.split_heads(&n.linear(&a.wv), a.n_kv_heads);
+        let h = x.add(&a.merge_heads(&T::attention(&q, &k, &v, None, false, a.scale())));
+        h.add(&self.feed_forward.forward(&self.ffn_norm.forward(&h)))
+    }
+}
+
+pub struct FlowHead<T: Tensor> {
+    semantic_out: T,
+    semantic_mask: T,
+    acoustic_out: T,
+    input_projection: T,
+    llm_projection: T,
+    /// `time_projection(time_embedding(t_i))` for each Euler step, `[1, 1, dim]`.
+    time_table: Vec<T>,
+    dts: Vec<f32>,
+    layers: Vec<FlowLayer<T>>,
+    norm: RmsNorm<T>,
+    alpha: f32,
+    beta: f32,
+    levels: usize,
+    n_acoustic: usize,
+    dim: usize,
+    dtype: DType,
+    device: T::Device,
+}
+
+/// Sinusoidal time embedding: `cat(cos(t * f), sin(t * f))`, `f_j = exp(-ln(1e4) j / (dim/2))`.
+fn time_embedding(t: f32, dim: usize) -> Vec<f32> {
+    let half = dim / 2;
+    let c = -(10_000f64.ln()) as f32;
+    let angles: Vec<f32> = (0..half)
+        .map(|j| t * (c * j as f32 / half as f32).exp())
+        .collect();
+    angles
+        .iter()
+        .map(|a| a.cos())
+        .chain(angles.iter().map(|a| a.sin()))
+        .collect()
+}
+
+impl<T: Tensor> FlowHead<T> {
+    pub fn load(l: &Loader<T>, cfg: &Config) -> Result<Self, LoadError> {
+        let at = cfg.flow();
+        let am = cfg.audio_model();
+        let (dim, n_ac) = (at.dim, am.n_acoustic_codebook);
+        let p = "acoustic_transformer";
+        let layers = (0..at.n_layers)
+            .map(|i| {
+                let lp = format!("{p}.layers.{i}");
+                Ok(FlowLayer {
+                    attention_norm: RmsNorm::load(
+                        l,
+                        &format!("{lp}.attention_norm.weight"),
+                        dim,
+                        at.norm_eps,
+                    )?,
+                    attention: AttentionProj::load(
+                        l,
+                        &format!("{lp}.attention"),
+                        dim,
+                        at.n_heads,
+                        at.n_kv_heads,
+                        at.head_dim,
+                    )?,
+                    ffn_norm: RmsNorm::load(l, &format!("{lp}.ffn_norm.weight"), dim, at.norm_eps)?,
+                    feed_forward: FeedForward::load(
+                        l,
+                        &format!("{lp}.feed_forward"),
+                        dim,
+                        at.hidden_dim,
+                    )?,
+                })
+            })
+            .collect::<Result<Vec<_>, LoadError>>()?;
+
+        let rows = cfg.semantic_head_rows;
+        // Code 0 (EMPTY_AUDIO) and the padding rows can never be predicted; 1 is END_AUDIO.
+        let valid_end = NUM_AUDIO_SPECIAL_CODES + am.semantic_codebook_size;
+        let mask: Vec<f32> = (0..rows)
+            .map(|i| {
+                if i == 0 || i >= valid_end {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+
+        // The reference builds its schedule in the compute dtype: t_i = i/steps, dt_i = t_{i+1} - t_i.
+        let steps = cfg.euler_steps;
+        let dtype = l.dtype;
+        let times: Vec<f32> = (0..=steps)
+            .map(|i| dtype.round_scalar(i as f32 / steps as f32))
+            .collect();
+        let dts = times
+            .windows(2)
+            .map(|w| dtype.round_scalar(w[1] - w[0]))
+            .collect();
+        let time_projection = l.tensor(&format!("{p}.time_projection.weight"), &[dim, dim])?;
+        let time_table = times[..steps]
+            .iter()
+            .map(|&t| {
+                l.from_f32(&time_embedding(t, dim), &[1, 1, dim])
+                    .linear(&time_projection)
+            })
+            .collect();
+
+        let alpha = dtype.round_scalar(CFG_ALPHA);
+        Ok(FlowHead {
+            semantic_out: l.tensor_as(
+                &format!("{p}.semantic_codebook_output.weight"),
+                &[rows, dim],
+                DType::F32,
+            )?,
+            semantic_mask: T::from_f32(l.device, &mask, &[rows], DType::F32),
+            acoustic_out: l.tensor(
+                &format!("{p}.acoustic_codebook_output.weight"),
+                &[n_ac, dim],
+            )?,
+            input_projection: l.tensor(&format!("{p}.input_projection.weight"), &[dim, n_ac])?,
+            llm_projection: l
+                .tensor(&format!("{p}.llm_projection.weight"), &[dim, at.input_dim])?,
+            time_table,
+            dts,
+            layers,
+            norm: RmsNorm::load(l, &format!("{p}.norm.weight"), dim, at.norm_eps)?,
+            alpha,
+            beta: dtype.round_scalar(1.0 - alpha),
+            levels: am.acoustic_codebook_size,
+            n_acoustic: n_ac,
+            dim,
+            dtype,
+            device: l.device.clone(),
+        })
+    }
+
+    pub fn n_acoustic(&self) -> usize {
+        self.n_acoustic
+    }
+
+    /// Codes (with their +2 offset) for each row of `hidden` `[b, dim]`, starting the ODE from
+    /// `noise` (`b * n_acoustic` values, already scaled). Row-major `[b][1 + n_acoustic]`.
+    pub fn sample(&self, hidden: &T, noise: &[f32]) -> Vec<Vec<u32>> {
+        let b = hidden.shape()[0];
+        let logits = hidden
+            .to_dtype(DType::F32)
+            .linear(&self.semantic_out)
+            .add(&self.semantic_mask);
+        let semantic = logits.argmax_last().to_vec_i64();
+        let acoustic = self.acoustic(hidden, noise).to_vec_f32();
+        (0..b)
+            .map(|r| {
+                let mut frame = Vec::with_capacity(1 + self.n_acoustic);
+                frame.push(semantic[r] as u32);
+                let ended = semantic[r] as u32 == END_AUDIO_CODE;
+                for c in 0..self.n_acoustic {
+                    // An END frame carries EMPTY acoustic codes, as in the reference.
+                    let level = if ended {
+                        0
+                    } else {
+                        acoustic[r * self.n_acoustic + c] as u32
+                    };
+                    frame.push(level + NUM_AUDIO_SPECIAL_CODES as u32);
+                }
+                frame
+            })
+            .collect()
+    }
+
+    /// FSQ levels (before the +2 offset) `[b, n_acoustic]` as floats.
+    fn acoustic(&self, hidden: &T, noise: &[f32]) -> T {
+        let b = hidden.shape()[0];
+        // The unconditional rows see a zero hidden state.
+        let unconditional = T::zeros(&self.device, &[b, self.dim], self.dtype);
+        let llm = T::cat(&[hidden, &unconditional], 0)
+            .linear(&self.llm_projection)
+            .reshape(&[2 * b, 1, self.dim]);
+        assert_eq!(
+            noise.len(),
+            b * self.n_acoustic,
+            "noise must hold n_acoustic values per row"
+        );
+        let mut x = T::from_f32(&self.device, noise, &[b, self.n_acoustic], self.dtype);
+        for (step, &dt) in self.dts.iter().enumerate() {
+            let xb = T::cat(&[&x, &x], 0)
+                .linear(&self.input_projection)
+                .reshape(&[2 * b, 1, self.dim]);
+            let t = &self.time_table[step];
+            let ts: Vec<&T> = std::iter::repeat_n(t, 2 * b).collect();
+            let mut h = T::cat(&[&xb, &T::cat(&ts, 0), &llm], 1);
+            for layer in &self.layers {
+                h = layer.forward(&h);
+            }
+            let v = self
+                .norm
+                .forward(&h)
+                .narrow(1, 0, 1)
+                .reshape(&[2 * b, self.dim])
+                .linear(&self.acoustic_out);
+            let v = v
+                .narrow(0, 0, b)
+                .scale(self.alpha)
+                .add(&v.narrow(0, b, b).scale(self.beta));
+            x = x.add(&v.scale(dt));
+        }
+        let levels = (self.levels - 1) as f32;
+        x.clamp(-1.0, 1.0)
+            .add_scalar(1.0)
+            .scale(0.5)
+            .scale(levels)
+            .round()
+    }
+}

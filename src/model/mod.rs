@@ -1,0 +1,475 @@
+//! Voxtral-4B-TTS: text + preset voice -> codes -> 24 kHz waveform.
+//!
+//! A request's path: `prompt` (tokenizer + voice rows) -> `backbone` prefill -> per frame:
+//! `flow_head` (codes) -> audio-embedding feedback -> `backbone` step; then `codec`.
+
+pub mod backbone;
+pub mod checkpoint;
+pub mod codec;
+pub mod error;
+pub mod flow_head;
+pub mod layers;
+pub mod params;
+pub mod tokenizer;
+pub mod voices;
+
+use crate::tensor::{DType, Tensor};
+use backbone::{Backbone, KvCache};
+use checkpoint::Checkpoint;
+use codec::{Codec, CodecError};
+pub use error::LoadError;
+use flow_head::FlowHead;
+use layers::Loader;
+use params::{Config, END_AUDIO_CODE};
+use rand::SeedableRng;
+use rand_distr::Distribution;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokenizer::Tekken;
+use voices::Voice;
+
+/// Default and hard cap on generated frames (2048 frames = 163.84 s).
+pub const DEFAULT_MAX_FRAMES: usize = 2048;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SynthError {
+    #[error("unknown voice {0:?}")]
+    UnknownVoice(String),
+    #[error("text is empty")]
+    EmptyText,
+    #[error("max_frames must be between 1 and {max}, got {got}")]
+    MaxFrames { got: usize, max: usize },
+    #[error("prompt of {prompt} tokens plus {frames} frames exceeds the model's {max} positions")]
+    TooLong {
+        prompt: usize,
+        frames: usize,
+        max: usize,
+    },
+    #[error("noise array holds {got} values, need {need} ({frames} frames x {width})")]
+    NoiseLength {
+        got: usize,
+        need: usize,
+        frames: usize,
+        width: usize,
+    },
+    #[error("noise scale must be finite and >= 0, got {0}")]
+    NoiseScale(f32),
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+}
+
+/// Where the flow head's starting noise comes from.
+#[derive(Clone, Debug)]
+pub enum Noise {
+    /// Standard normal draws from a seeded ChaCha8 stream, times `scale` (0 = deterministic).
+    Seeded { seed: u64, scale: f32 },
+    /// Exactly these values, `n_acoustic` per frame (parity tests against reference goldens).
+    Given(Vec<f32>),
+}
+
+#[derive(Clone, Debug)]
+pub struct SynthesisRequest {
+    pub text: String,
+    pub voice: String,
+    pub max_frames: usize,
+    pub noise: Noise,
+}
+
+/// Time spent per model part, for benchmarks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StageTimes {
+    pub prefill: Duration,
+    pub backbone: Duration,
+    pub flow_head: Duration,
+    pub codec: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The model predicted END_AUDIO.
+    EndAudio,
+    /// `max_frames` were generated.
+    MaxFrames,
+}
+
+/// Special token ids of the prompt, looked up by name in `tekken.json`.
+#[derive(Clone, Copy, Debug)]
+pub struct SpecialIds {
+    pub bos: u32,
+    pub audio: u32,
+    pub begin_audio: u32,
+    pub next_audio_text: u32,
+    pub repeat_audio_text: u32,
+}
+
+impl SpecialIds {
+    fn lookup(tok: &Tekken, file: &str) -> Result<Self, LoadError> {
+        let id = |name: &str| {
+            tok.special_id(name).ok_or_else(|| {
+                LoadError::invalid(file, format!("special_tokens.{name}"), "missing")
+            })
+        };
+        Ok(SpecialIds {
+            bos: id("<s>")?,
+            audio: id("[AUDIO]")?,
+            begin_audio: id("[BEGIN_AUDIO]")?,
+            next_audio_text: id("[NEXT_AUDIO_TEXT]")?,
+            repeat_audio_text: id("[REPEAT_AUDIO_TEXT]")?,
+        })
+    }
+}
+
+pub struct Voxtral<T: Tensor> {
+    pub config: Config,
+    pub tokenizer: Tekken,
+    pub special: SpecialIds,
+    voices: BTreeMap<String, Voice>,
+    tok_embeddings: T,
+    audio_embeddings: T,
+    backbone: Backbone<T>,
+    flow: FlowHead<T>,
+    codec: Codec<T>,
+    device: T::Device,
+    dtype: DType,
+    /// The memory-mapped checkpoint the weights point into; declared last so it outlives them.
+    _weights: Arc<memmap2::Mmap>,
+}
+
+impl<T: Tensor> Voxtral<T> {
+    /// Loads a model folder in the published layout: params.json, consolidated.safetensors,
+    /// tekken.json and voice_embedding/.
+    pub fn load(dir: &Path, device: &T::Device, dtype: DType) -> Result<Self, LoadError> {
+        let config = Config::from_file(&dir.join("params.json"))?;
+        let tekken_path = dir.join("tekken.json");
+        let tokenizer = Tekken::from_file(&tekken_path).map_err(|e| {
+            LoadError::invalid(
+                tekken_path.display().to_string(),
+                "(tokenizer)",
+                e.to_string(),
+            )
+        })?;
+        let special = SpecialIds::lookup(&tokenizer, &tekken_path.display().to_string())?;
+        let a = &config.args;
+        if tokenizer.vocab_size() > a.vocab_size {
+            return Err(LoadError::invalid(
+                tekken_path.display().to_string(),
+                "config.default_vocab_size",
+                format!(
+                    "{} exceeds params.json vocab_size {}",
+                    tokenizer.vocab_size(),
+                    a.vocab_size
+                ),
+            ));
+        }
+        let voices = voices::load_voices(dir, tokenizer.voice_num_audio_tokens(), a.dim)?;
+        let ckpt = Checkpoint::open(&dir.join("consolidated.safetensors"))?;
+        let l = Loader::<T> {
+            ckpt: &ckpt,
+            device,
+            dtype,
+        };
+        // Embedding tables stay in their stored dtype: rows are converted after lookup.
+        let stored = |key: &str, shape: &[usize]| -> Result<T, LoadError> {
+            let dtype = ckpt.raw(key, shape)?.dtype;
+            l.tensor_as(key, shape, dtype)
+        };
+        let tok_embeddings = stored(
+            "mm_audio_embeddings.tok_embeddings.weight",
+            &[a.vocab_size, a.dim],
+        )?;
+        let audio_embeddings = stored(
+            "mm_audio_embeddings.audio_codebook_embeddings.embeddings.weight",
+            &[config.audio_embedding_rows, a.dim],
+        )?;
+        let backbone = Backbone::load(&l, &config)?;
+        let flow = FlowHead::load(&l, &config)?;
+        let codec = Codec::load(&l, &config)?;
+        let unused: Vec<String> = ckpt
+            .unused_keys()
+            .into_iter()
+            .filter(|k| !is_known_unused(k))
+            .collect();
+        if !unused.is_empty() {
+            tracing::warn!(file = ckpt.file(), count = unused.len(), first = %unused[0], "checkpoint has tensors the model does not use");
+        }
+        Ok(Voxtral {
+            _weights: ckpt.mmap(),
+            config,
+            tokenizer,
+            special,
+            voices,
+            tok_embeddings,
+            audio_embeddings,
+            backbone,
+            flow,
+            codec,
+            device: device.clone(),
+            dtype,
+        })
+    }
+
+    pub fn voices(&self) -> impl Iterator<Item = &str> {
+        self.voices.keys().map(String::as_str)
+    }
+
+    pub fn has_voice(&self, name: &str) -> bool {
+        self.voices.contains_key(name)
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn sample_rate(&self) -> u32 {
+        self.config.sample_rate()
+    }
+
+    pub fn samples_per_frame(&self) -> usize {
+        self.config.samples_per_frame
+    }
+
+    /// `[BOS] [BEGIN_AUDIO] [AUDIO] x N [NEXT_AUDIO_TEXT] text [REPEAT_AUDIO_TEXT] [BEGIN_AUDIO]`.
+    pub fn prompt_ids(&self, text: &str, voice: &str) -> Result<Vec<u32>, SynthError> {
+        let v = self
+            .voices
+            .get(voice)
+            .ok_or_else(|| SynthError::UnknownVoice(voice.to_string()))?;
+        let s = &self.special;
+        let text_ids = self.tokenizer.encode(text);
+        if text_ids.is_empty() {
+            return Err(SynthError::EmptyText);
+        }
+        let mut ids = vec![s.bos, s.begin_audio];
+        ids.extend(std::iter::repeat_n(s.audio, v.rows));
+        ids.push(s.next_audio_text);
+        ids.extend(text_ids);
+        ids.push(s.repeat_audio_text);
+        ids.push(s.begin_audio);
+        Ok(ids)
+    }
+
+    /// Embeds the prompt; the `[AUDIO]` rows are replaced, in order, by the voice's rows.
+    fn embed_prompt(&self, ids: &[u32], voice: &Voice) -> T {
+        let dim = self.config.args.dim;
+        let idx: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
+        let rows = self
+            .tok_embeddings
+            .embedding(&T::from_i64(&self.device, &idx, &[ids.len()]))
+            .to_dtype(self.dtype);
+        let voice_rows = T::from_f32(&self.device, &voice.data, &[voice.rows, dim], self.dtype);
+        let mut parts = Vec::new();
+        let (mut start, mut next_voice_row) = (0, 0);
+        while start < ids.len() {
+            let is_audio = ids[start] == self.special.audio;
+            let end = (start..ids.len())
+                .find(|&i| (ids[i] == self.special.audio) != is_audio)
+                .unwrap_or(ids.len());
+            let len = end - start;
+            parts.push(if is_audio {
+                let part = voice_rows.narrow(0, next_voice_row, len);
+                next_voice_row += len;
+                part
+            } else {
+                rows.narrow(0, start, len)
+            });
+            start = end;
+        }
+        let refs: Vec<&T> = parts.iter().collect();
+        T::cat(&refs, 0).reshape(&[1, ids.len(), dim])
+    }
+
+    /// Prefills the prompt and returns a generation that yields one frame per `next_frame`.
+    pub fn start(&self, req: &SynthesisRequest) -> Result<Generation<'_, T>, SynthError> {
+        if req.max_frames == 0 || req.max_frames > DEFAULT_MAX_FRAMES {
+            return Err(SynthError::MaxFrames {
+                got: req.max_frames,
+                max: DEFAULT_MAX_FRAMES,
+            });
+        }
+        let ids = self.prompt_ids(&req.text, &req.voice)?;
+        let capacity = ids.len() + req.max_frames;
+        if capacity > self.config.max_positions {
+            return Err(SynthError::TooLong {
+                prompt: ids.len(),
+                frames: req.max_frames,
+                max: self.config.max_positions,
+            });
+        }
+        let width = self.flow.n_acoustic();
+        let noise = match &req.noise {
+            Noise::Given(v) if v.len() < req.max_frames * width => {
+                return Err(SynthError::NoiseLength {
+                    got: v.len(),
+                    need: req.max_frames * width,
+                    frames: req.max_frames,
+                    width,
+                })
+            }
+            Noise::Seeded { scale, .. } if !scale.is_finite() || *scale < 0.0 => {
+                return Err(SynthError::NoiseScale(*scale))
+            }
+            Noise::Given(v) => NoiseStream::Given(v.clone(), 0),
+            Noise::Seeded { seed, scale } => {
+                NoiseStream::Seeded(rand_chacha::ChaCha8Rng::seed_from_u64(*seed), *scale)
+            }
+        };
+        let voice = &self.voices[&req.voice];
+        let started = Instant::now();
+        let mut cache = self.backbone.new_cache(&self.device, self.dtype, capacity);
+        let hidden = self
+            .backbone
+            .forward(&self.embed_prompt(&ids, voice), &mut cache);
+        let last = hidden
+            .narrow(1, ids.len() - 1, 1)
+            .reshape(&[1, self.config.args.dim]);
+        let times = StageTimes {
+            prefill: started.elapsed(),
+            ..Default::default()
+        };
+        Ok(Generation {
+            model: self,
+            prompt_ids: ids,
+            cache,
+            hidden: last,
+            noise,
+            frames: Vec::new(),
+            max_frames: req.max_frames,
+            stop: None,
+            times,
+        })
+    }
+
+    /// Decodes frames of codes (with their +2 offset, END excluded) to PCM.
+    pub fn decode(&self, codes: &[Vec<u32>]) -> Result<Vec<f32>, CodecError> {
+        self.codec.decode(codes)
+    }
+
+    /// The next backbone input for a frame: the sum of its codes' audio embeddings.
+    fn embed_frame(&self, codes: &[u32]) -> T {
+        let ids: Vec<i64> = codes
+            .iter()
+            .zip(&self.config.codebook_offsets)
+            .map(|(&c, &o)| (c as usize + o) as i64)
+            .collect();
+        let rows = self
+            .audio_embeddings
+            .embedding(&T::from_i64(&self.device, &ids, &[ids.len()]));
+        rows.to_dtype(self.dtype)
+            .sum_dim(0)
+            .reshape(&[1, 1, self.config.args.dim])
+    }
+}
+
+/// Encoder-side tensors that ship in some checkpoints but play no part in synthesis.
+fn is_known_unused(key: &str) -> bool {
+    key.starts_with("audio_tokenizer.encoder_blocks.")
+        || key.starts_with("audio_tokenizer.input_proj.")
+}
+
+enum NoiseStream {
+    Seeded(rand_chacha::ChaCha8Rng, f32),
+    Given(Vec<f32>, usize),
+}
+
+impl NoiseStream {
+    fn next(&mut self, width: usize) -> Vec<f32> {
+        match self {
+            NoiseStream::Seeded(_, scale) if *scale == 0.0 => vec![0.0; width],
+            NoiseStream::Seeded(rng, scale) => (0..width)
+                .map(|_| rand_distr::StandardNormal.sample(rng))
+                .map(|x: f32| x * *scale)
+                .collect(),
+            NoiseStream::Given(values, pos) => {
+                let out = values[*pos..*pos + width].to_vec();
+                *pos += width;
+                out
+            }
+        }
+    }
+}
+
+/// One synthesis in progress: frames come out one at a time, so callers can stream, show
+/// progress or cancel between frames.
+pub struct Generation<'m, T: Tensor> {
+    model: &'m Voxtral<T>,
+    pub prompt_ids: Vec<u32>,
+    cache: KvCache<T>,
+    hidden: T,
+    noise: NoiseStream,
+    frames: Vec<Vec<u32>>,
+    max_frames: usize,
+    stop: Option<StopReason>,
+    pub times: StageTimes,
+}
+
+impl<T: Tensor> Generation<'_, T> {
+    /// Generates the next frame's codes, or `None` once generation has stopped.
+    pub fn next_frame(&mut self) -> Option<&[u32]> {
+        if self.stop.is_some() {
+            return None;
+        }
+        let m = self.model;
+        if !self.frames.is_empty() {
+            let started = Instant::now();
+            let input = m.embed_frame(self.frames.last().expect("non-empty"));
+            self.hidden = m
+                .backbone
+                .forward(&input, &mut self.cache)
+                .reshape(&[1, m.config.args.dim]);
+            self.times.backbone += started.elapsed();
+        }
+        let started = Instant::now();
+        let noise = self.noise.next(m.flow.n_acoustic());
+        let frame = m.flow.sample(&self.hidden, &noise).pop().expect("one row");
+        self.times.flow_head += started.elapsed();
+        if frame[0] == END_AUDIO_CODE {
+            self.stop = Some(StopReason::EndAudio);
+            return None;
+        }
+        self.frames.push(frame);
+        if self.frames.len() == self.max_frames {
+            self.stop = Some(StopReason::MaxFrames);
+        }
+        self.frames.last().map(Vec::as_slice)
+    }
+
+    pub fn frames(&self) -> &[Vec<u32>] {
+        &self.frames
+    }
+
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.stop
+    }
+
+    pub fn max_frames(&self) -> usize {
+        self.max_frames
+    }
+
+    /// Runs to the end and decodes everything.
+    pub fn finish(mut self) -> Result<Synthesis, SynthError> {
+        while self.next_frame().is_some() {}
+        let started = Instant::now();
+        let pcm = self.model.decode(&self.frames)?;
+        self.times.codec += started.elapsed();
+        Ok(Synthesis {
+            prompt_ids: self.prompt_ids,
+            codes: self.frames,
+            stop: self.stop.expect("finished"),
+            pcm,
+            times: self.times,
+        })
+    }
+}
+
+/// A finished synthesis.
+#[derive(Clone, Debug)]
+pub struct Synthesis {
+    pub prompt_ids: Vec<u32>,
+    /// Per frame: 37 codes with their +2 offset; the END frame is not included.
+    pub codes: Vec<Vec<u32>>,
+    pub stop: StopReason,
+    pub pcm: Vec<f32>,
+    pub times: StageTimes,
+}

@@ -1,0 +1,140 @@
+//! The small tensor interface the model is written against.
+//!
+//! The model code (`crate::model`) only uses these operations, so a backend (libtorch today,
+//! MLX next) implements this trait once. Layout conventions are fixed here, and a backend
+//! converts internally: sequences are `[batch, time, channels]` (NLC) everywhere, attention
+//! tensors are `[batch, heads, time, head_dim]`, linear weights are `[out, in]`, and conv
+//! weights are handed over in PyTorch layout once, through `prepare_conv_weight`.
+
+pub mod tch_backend;
+
+use std::fmt;
+
+/// Element types the engine computes in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    BF16,
+}
+
+impl DType {
+    /// Rounds an f32 scalar to what this dtype can hold, so scalar constants mix with tensors
+    /// the way a 0-dim tensor of this dtype would in the reference.
+    pub fn round_scalar(self, x: f32) -> f32 {
+        match self {
+            DType::F32 => x,
+            DType::BF16 => half::bf16::from_f32(x).to_f32(),
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DType::F32 => "f32",
+            DType::BF16 => "bf16",
+        })
+    }
+}
+
+/// Tensor bytes as stored in a checkpoint (little-endian), borrowed from a memory map.
+pub struct RawTensor<'a> {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub data: &'a [u8],
+}
+
+/// How `pad_time` fills the new samples.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PadMode {
+    /// Repeat the edge sample.
+    Replicate,
+    /// Mirror around the edge sample (without repeating it).
+    Reflect,
+    /// Zeros.
+    Zero,
+}
+
+/// Which kind of convolution a weight is prepared for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConvKind {
+    /// PyTorch `Conv1d` weight `[out, in, k]`.
+    Conv,
+    /// PyTorch `ConvTranspose1d` weight `[in, out, k]`.
+    Transpose,
+}
+
+/// A tensor of one backend. Operations are infallible: shapes are validated when weights load,
+/// so a shape error here is a bug, and the inference worker turns the panic into a failed
+/// request.
+pub trait Tensor: Clone + Sized {
+    type Device: Clone + fmt::Debug;
+
+    fn from_f32(device: &Self::Device, data: &[f32], shape: &[usize], dtype: DType) -> Self;
+    fn from_i64(device: &Self::Device, data: &[i64], shape: &[usize]) -> Self;
+    /// Checkpoint bytes as a tensor of `dtype`; shares the bytes where the backend allows.
+    ///
+    /// # Safety
+    /// When it shares, the tensor points into `raw.data`: the caller keeps that memory alive
+    /// and unchanged for as long as the tensor (and any view of it) lives.
+    unsafe fn from_raw(device: &Self::Device, raw: &RawTensor<'_>, dtype: DType) -> Self;
+    fn zeros(device: &Self::Device, shape: &[usize], dtype: DType) -> Self;
+
+    fn shape(&self) -> Vec<usize>;
+    fn dtype(&self) -> DType;
+    fn to_dtype(&self, dtype: DType) -> Self;
+    fn to_vec_f32(&self) -> Vec<f32>;
+    fn to_vec_i64(&self) -> Vec<i64>;
+
+    fn add(&self, rhs: &Self) -> Self;
+    fn sub(&self, rhs: &Self) -> Self;
+    fn mul(&self, rhs: &Self) -> Self;
+    fn div(&self, rhs: &Self) -> Self;
+    fn scale(&self, factor: f32) -> Self;
+    fn add_scalar(&self, value: f32) -> Self;
+    fn silu(&self) -> Self;
+    fn clamp(&self, lo: f32, hi: f32) -> Self;
+    /// Round to nearest, ties to even (what `torch.round` does).
+    fn round(&self) -> Self;
+
+    /// `x @ weight.T` for `weight` `[out, in]`.
+    fn linear(&self, weight: &Self) -> Self;
+    /// RMSNorm over the last axis, computed in f32, returned in the input dtype.
+    fn rms_norm(&self, weight: &Self, eps: f64) -> Self;
+    /// Rotary embedding on interleaved pairs `(x[2i], x[2i+1])` (Mistral's native layout) for
+    /// `x` `[batch, heads, time, head_dim]` at positions `start..start + time`.
+    fn rope_interleaved(&self, start: usize, theta: f64) -> Self;
+    /// Scaled dot-product attention. `q` `[b, hq, l, d]`, `k`/`v` `[b, hkv, s, d]` with `hq` a
+    /// multiple of `hkv` (query head `h` reads kv head `h / (hq / hkv)`). `bias` is added to the
+    /// scores (`-inf` masks); `causal` masks keys after the query when `l == s`.
+    fn attention(
+        q: &Self,
+        k: &Self,
+        v: &Self,
+        bias: Option<&Self>,
+        causal: bool,
+        scale: f64,
+    ) -> Self;
+
+    /// Rows of `self` (`[rows, dim]`) picked by the i64 tensor `ids`, shaped `ids.shape + [dim]`.
+    fn embedding(&self, ids: &Self) -> Self;
+    fn reshape(&self, shape: &[usize]) -> Self;
+    fn transpose(&self, a: usize, b: usize) -> Self;
+    fn narrow(&self, dim: usize, start: usize, len: usize) -> Self;
+    fn cat(parts: &[&Self], dim: usize) -> Self;
+    fn sum_dim(&self, dim: usize) -> Self;
+    /// Index of the maximum along the last axis, as an i64 tensor.
+    fn argmax_last(&self) -> Self;
+    /// Copies `src` into `self` at `start` along `dim` (KV cache writes).
+    fn write_at(&mut self, dim: usize, start: usize, src: &Self);
+
+    /// Converts a conv weight from PyTorch layout into the backend's own. Idempotent: a weight
+    /// already converted is returned unchanged.
+    fn prepare_conv_weight(weight: &Self, kind: ConvKind) -> Self;
+    /// Conv1d without padding on NLC input, with a weight from `prepare_conv_weight`.
+    fn conv1d(&self, weight: &Self, stride: usize) -> Self;
+    /// ConvTranspose1d without padding on NLC input, with a weight from `prepare_conv_weight`.
+    fn conv_transpose1d(&self, weight: &Self, stride: usize) -> Self;
+    /// Pads the time axis of NLC input.
+    fn pad_time(&self, left: usize, right: usize, mode: PadMode) -> Self;
+}

@@ -1,0 +1,284 @@
+//! libtorch backend (`tch`). Conv layouts are PyTorch's own, so NLC sequences are transposed to
+//! NCL around each convolution here, inside the backend.
+
+use super::{ConvKind, DType, PadMode, RawTensor, Tensor};
+use tch::{Device, Kind};
+
+/// A libtorch tensor; cloning is a shallow (shared-storage) clone.
+pub struct TchTensor(pub tch::Tensor);
+
+impl Clone for TchTensor {
+    fn clone(&self) -> Self {
+        TchTensor(self.0.shallow_clone())
+    }
+}
+
+impl std::fmt::Debug for TchTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TchTensor({:?}, {:?})", self.0.size(), self.0.kind())
+    }
+}
+
+fn kind(dtype: DType) -> Kind {
+    match dtype {
+        DType::F32 => Kind::Float,
+        DType::BF16 => Kind::BFloat16,
+    }
+}
+
+fn dims(shape: &[usize]) -> Vec<i64> {
+    shape.iter().map(|&d| d as i64).collect()
+}
+
+impl TchTensor {
+    fn wrap(t: tch::Tensor) -> Self {
+        TchTensor(t)
+    }
+}
+
+impl Tensor for TchTensor {
+    type Device = Device;
+
+    fn from_f32(device: &Device, data: &[f32], shape: &[usize], dtype: DType) -> Self {
+        let t = tch::Tensor::from_slice(data).reshape(dims(shape));
+        Self::wrap(t.to_device(*device).to_kind(kind(dtype)))
+    }
+
+    fn from_i64(device: &Device, data: &[i64], shape: &[usize]) -> Self {
+        Self::wrap(
+            tch::Tensor::from_slice(data)
+                .reshape(dims(shape))
+                .to_device(*device),
+        )
+    }
+
+    unsafe fn from_raw(device: &Device, raw: &RawTensor<'_>, dtype: DType) -> Self {
+        let stored = kind(raw.dtype);
+        let elem = stored.elt_size_in_bytes();
+        let aligned = (raw.data.as_ptr() as usize) % elem == 0;
+        let t = if aligned && *device == Device::Cpu && raw.dtype == dtype {
+            // Zero-copy: the tensor reads the memory-mapped checkpoint directly.
+            tch::Tensor::from_blob(
+                raw.data.as_ptr(),
+                &dims(&raw.shape),
+                &[],
+                stored,
+                Device::Cpu,
+            )
+        } else {
+            tch::Tensor::from_data_size(raw.data, &dims(&raw.shape), stored)
+                .to_device(*device)
+                .to_kind(kind(dtype))
+        };
+        Self::wrap(t)
+    }
+
+    fn zeros(device: &Device, shape: &[usize], dtype: DType) -> Self {
+        Self::wrap(tch::Tensor::zeros(dims(shape), (kind(dtype), *device)))
+    }
+
+    fn shape(&self) -> Vec<usize> {
+        self.0.size().iter().map(|&d| d as usize).collect()
+    }
+
+    fn dtype(&self) -> DType {
+        match self.0.kind() {
+            Kind::BFloat16 => DType::BF16,
+            _ => DType::F32,
+        }
+    }
+
+    fn to_dtype(&self, dtype: DType) -> Self {
+        Self::wrap(self.0.to_kind(kind(dtype)))
+    }
+
+    fn to_vec_f32(&self) -> Vec<f32> {
+        let t = self
+            .0
+            .to_kind(Kind::Float)
+            .to_device(Device::Cpu)
+            .flatten(0, -1);
+        Vec::<f32>::try_from(&t).expect("f32 tensor converts to Vec<f32>")
+    }
+
+    fn to_vec_i64(&self) -> Vec<i64> {
+        let t = self
+            .0
+            .to_kind(Kind::Int64)
+            .to_device(Device::Cpu)
+            .flatten(0, -1);
+        Vec::<i64>::try_from(&t).expect("i64 tensor converts to Vec<i64>")
+    }
+
+    fn add(&self, rhs: &Self) -> Self {
+        Self::wrap(&self.0 + &rhs.0)
+    }
+
+    fn sub(&self, rhs: &Self) -> Self {
+        Self::wrap(&self.0 - &rhs.0)
+    }
+
+    fn mul(&self, rhs: &Self) -> Self {
+        Self::wrap(&self.0 * &rhs.0)
+    }
+
+    fn div(&self, rhs: &Self) -> Self {
+        Self::wrap(&self.0 / &rhs.0)
+    }
+
+    fn scale(&self, factor: f32) -> Self {
+        Self::wrap(&self.0 * f64::from(factor))
+    }
+
+    fn add_scalar(&self, value: f32) -> Self {
+        Self::wrap(&self.0 + f64::from(value))
+    }
+
+    fn silu(&self) -> Self {
+        Self::wrap(self.0.silu())
+    }
+
+    fn clamp(&self, lo: f32, hi: f32) -> Self {
+        Self::wrap(self.0.clamp(f64::from(lo), f64::from(hi)))
+    }
+
+    fn round(&self) -> Self {
+        Self::wrap(self.0.round())
+    }
+
+    fn linear(&self, weight: &Self) -> Self {
+        Self::wrap(self.0.linear::<tch::Tensor>(&weight.0, None))
+    }
+
+    fn rms_norm(&self, weight: &Self, eps: f64) -> Self {
+        let x = self.0.to_kind(Kind::Float);
+        let inv = (x.square().mean_dim(-1, true, Kind::Float) + eps).rsqrt();
+        let normed = (x * inv).to_kind(self.0.kind());
+        Self::wrap(normed * &weight.0)
+    }
+
+    fn rope_interleaved(&self, start: usize, theta: f64) -> Self {
+        let size = self.0.size();
+        let (len, head_dim) = (size[2], size[3]);
+        let half = head_dim / 2;
+        // Angles in f64 then rounded once, as the reference builds its f32 frequency table.
+        let mut cos = Vec::with_capacity((len * half) as usize);
+        let mut sin = Vec::with_capacity((len * half) as usize);
+        for p in 0..len {
+            let pos = (start as i64 + p) as f32;
+            for i in 0..half {
+                let inv_freq = 1.0 / (theta.powf((2 * i) as f64 / head_dim as f64)) as f32;
+                let angle = pos * inv_freq;
+                cos.push(angle.cos());
+                sin.push(angle.sin());
+            }
+        }
+        let device = self.0.device();
+        let table = |v: &[f32]| {
+            tch::Tensor::from_slice(v)
+                .reshape([1, 1, len, half])
+                .to_device(device)
+                .to_kind(Kind::Float)
+        };
+        let (cos, sin) = (table(&cos), table(&sin));
+        let x = self
+            .0
+            .to_kind(Kind::Float)
+            .reshape([size[0], size[1], len, half, 2]);
+        let even = x.select(-1, 0);
+        let odd = x.select(-1, 1);
+        let out_even = &even * &cos - &odd * &sin;
+        let out_odd = &even * &sin + &odd * &cos;
+        let out = tch::Tensor::stack(&[out_even, out_odd], -1).reshape(&size[..]);
+        Self::wrap(out.to_kind(self.0.kind()))
+    }
+
+    fn attention(
+        q: &Self,
+        k: &Self,
+        v: &Self,
+        bias: Option<&Self>,
+        causal: bool,
+        scale: f64,
+    ) -> Self {
+        let gqa = q.0.size()[1] != k.0.size()[1];
+        let out = tch::Tensor::scaled_dot_product_attention(
+            &q.0,
+            &k.0,
+            &v.0,
+            bias.map(|b| &b.0),
+            0.0,
+            causal,
+            scale,
+            gqa,
+        );
+        Self::wrap(out)
+    }
+
+    fn embedding(&self, ids: &Self) -> Self {
+        let flat = ids.0.flatten(0, -1);
+        let rows = self.0.index_select(0, &flat);
+        let mut shape = ids.0.size();
+        shape.push(self.0.size()[1]);
+        Self::wrap(rows.reshape(shape))
+    }
+
+    fn reshape(&self, shape: &[usize]) -> Self {
+        Self::wrap(self.0.reshape(dims(shape)))
+    }
+
+    fn transpose(&self, a: usize, b: usize) -> Self {
+        Self::wrap(self.0.transpose(a as i64, b as i64))
+    }
+
+    fn narrow(&self, dim: usize, start: usize, len: usize) -> Self {
+        Self::wrap(self.0.narrow(dim as i64, start as i64, len as i64))
+    }
+
+    fn cat(parts: &[&Self], dim: usize) -> Self {
+        let ts: Vec<&tch::Tensor> = parts.iter().map(|p| &p.0).collect();
+        Self::wrap(tch::Tensor::cat(&ts, dim as i64))
+    }
+
+    fn sum_dim(&self, dim: usize) -> Self {
+        Self::wrap(self.0.sum_dim_intlist(dim as i64, false, self.0.kind()))
+    }
+
+    fn argmax_last(&self) -> Self {
+        Self::wrap(self.0.argmax(-1, false))
+    }
+
+    fn write_at(&mut self, dim: usize, start: usize, src: &Self) {
+        let len = src.0.size()[dim];
+        self.0.narrow(dim as i64, start as i64, len).copy_(&src.0);
+    }
+
+    fn prepare_conv_weight(weight: &Self, _kind: ConvKind) -> Self {
+        // libtorch convolutions take PyTorch layouts as they are.
+        weight.clone()
+    }
+
+    fn conv1d(&self, weight: &Self, stride: usize) -> Self {
+        let x = self.0.transpose(1, 2);
+        let y = x.conv1d::<tch::Tensor>(&weight.0, None, [stride as i64], [0], [1], 1);
+        Self::wrap(y.transpose(1, 2))
+    }
+
+    fn conv_transpose1d(&self, weight: &Self, stride: usize) -> Self {
+        let x = self.0.transpose(1, 2);
+        let y =
+            x.conv_transpose1d::<tch::Tensor>(&weight.0, None, [stride as i64], [0], [0], 1, [1]);
+        Self::wrap(y.transpose(1, 2))
+    }
+
+    fn pad_time(&self, left: usize, right: usize, mode: PadMode) -> Self {
+        let x = self.0.transpose(1, 2);
+        let (mode, value) = match mode {
+            PadMode::Replicate => ("replicate", None),
+            PadMode::Reflect => ("reflect", None),
+            PadMode::Zero => ("constant", Some(0.0)),
+        };
+        let y = x.pad([left as i64, right as i64], mode, value);
+        Self::wrap(y.transpose(1, 2))
+    }
+}

@@ -1,0 +1,622 @@
+//! Random checkpoints in the exact published layout (`make-test-model`): params.json,
+//! bf16 consolidated.safetensors with the real key names, a small valid tekken.json, and the
+//! voices as both PyTorch-zip `.pt` and `.safetensors`. Deterministic per seed: every tensor
+//! draws from its own stream, seeded by the run seed and the tensor's key.
+
+use crate::model::params::{Config, ModelArgs};
+use crate::model::tokenizer::write_test_tekken;
+use crate::model::voices::VOICE_DIR;
+use anyhow::{Context, Result};
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+/// The 20 preset voices of the published model, in params.json order.
+pub const PRESET_VOICES: [&str; 20] = [
+    "casual_female",
+    "casual_male",
+    "cheerful_female",
+    "neutral_female",
+    "neutral_male",
+    "pt_male",
+    "pt_female",
+    "nl_male",
+    "nl_female",
+    "it_male",
+    "it_female",
+    "fr_male",
+    "fr_female",
+    "es_male",
+    "es_female",
+    "de_male",
+    "de_female",
+    "ar_male",
+    "hi_male",
+    "hi_female",
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Preset {
+    /// Small dims, real structure: a 40-frame synthesis takes seconds on CPU.
+    Tiny,
+    /// Like tiny with 6 query heads over 2 KV heads (GQA 3), 6 codec heads and a
+    /// 60-entry semantic codebook: exercises non-power-of-two paths and early END_AUDIO.
+    TinyOdd,
+    /// The published sizes (~8 GB): for benchmarks.
+    Full,
+}
+
+struct Dims {
+    dim: usize,
+    layers: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    hidden: usize,
+    semantic: usize,
+    acoustic_books: usize,
+    codec_dim: usize,
+    codec_hidden: usize,
+    codec_heads: usize,
+    codec_kv_heads: usize,
+    codec_head_dim: usize,
+    semantic_dim: usize,
+    merges: usize,
+    voice_rows: (usize, usize),
+}
+
+impl Preset {
+    fn dims(self) -> Dims {
+        match self {
+            Preset::Tiny => Dims {
+                dim: 64,
+                layers: 2,
+                heads: 4,
+                kv_heads: 1,
+                head_dim: 16,
+                hidden: 160,
+                semantic: 200,
+                acoustic_books: 8,
+                codec_dim: 32,
+                codec_hidden: 64,
+                codec_heads: 4,
+                codec_kv_heads: 4,
+                codec_head_dim: 8,
+                semantic_dim: 16,
+                merges: 300,
+                voice_rows: (6, 14),
+            },
+            Preset::TinyOdd => Dims {
+                dim: 48,
+                layers: 3,
+                heads: 6,
+                kv_heads: 2,
+                head_dim: 8,
+                hidden: 96,
+                semantic: 60,
+                acoustic_books: 5,
+                codec_dim: 36,
+                codec_hidden: 72,
+                codec_heads: 6,
+                codec_kv_heads: 3,
+                codec_head_dim: 6,
+                semantic_dim: 12,
+                merges: 120,
+                voice_rows: (3, 9),
+            },
+            Preset::Full => Dims {
+                dim: 3072,
+                layers: 26,
+                heads: 32,
+                kv_heads: 8,
+                head_dim: 128,
+                hidden: 9216,
+                semantic: 8192,
+                acoustic_books: 36,
+                codec_dim: 1024,
+                codec_hidden: 4096,
+                codec_heads: 8,
+                codec_kv_heads: 8,
+                codec_head_dim: 128,
+                semantic_dim: 256,
+                merges: 2000,
+                voice_rows: (100, 300),
+            },
+        }
+    }
+}
+
+fn params_json(d: &Dims, vocab: usize) -> serde_json::Value {
+    let voices: serde_json::Map<String, serde_json::Value> = PRESET_VOICES
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (v.to_string(), json!(i)))
+        .collect();
+    json!({
+        "dim": d.dim, "n_layers": d.layers, "head_dim": d.head_dim, "hidden_dim": d.hidden,
+        "n_heads": d.heads, "n_kv_heads": d.kv_heads, "rope_theta": 1_000_000.0, "norm_eps": 1e-5,
+        "vocab_size": vocab, "tied_embeddings": true, "use_biases": false,
+        "multimodal": {
+            "bos_token_id": 1,
+            "audio_model_args": {
+                "semantic_codebook_size": d.semantic, "acoustic_codebook_size": 21,
+                "n_acoustic_codebook": d.acoustic_books, "audio_token_id": 24, "begin_audio_token_id": 25,
+                "audio_encoding_args": {"sampling_rate": 24000, "frame_rate": 12.5, "num_codebooks": 1 + d.acoustic_books},
+                "acoustic_transformer_args": {
+                    "input_dim": d.dim, "dim": d.dim, "n_layers": 3, "head_dim": d.head_dim,
+                    "hidden_dim": d.hidden, "n_heads": d.heads, "n_kv_heads": d.kv_heads,
+                    "rope_theta": 10000.0, "sigma": 1e-5, "sigma_max": 1.0
+                }
+            },
+            "audio_tokenizer_args": {
+                "pretransform_patch_size": 240, "patch_proj_kernel_size": 7,
+                "semantic_codebook_size": d.semantic, "semantic_dim": d.semantic_dim,
+                "acoustic_codebook_size": 21, "acoustic_dim": d.acoustic_books,
+                "conv_weight_norm": true, "causal": true, "attn_sliding_window_size": 16,
+                "half_attn_window_upon_downsampling": true, "dim": d.codec_dim, "hidden_dim": d.codec_hidden,
+                "head_dim": d.codec_head_dim, "n_heads": d.codec_heads, "n_kv_heads": d.codec_kv_heads,
+                "qk_norm": true, "qk_norm_eps": 1e-6, "norm_eps": 0.01, "layer_scale": true,
+                "decoder_transformer_lengths_str": "2,2,2,2", "decoder_convs_kernels_str": "3,4,4,4",
+                "decoder_convs_strides_str": "1,2,2,2", "voice": voices
+            }
+        }
+    })
+}
+
+/// How a tensor's random values are drawn.
+#[derive(Clone, Copy)]
+enum Init {
+    /// Uniform in `[-a, a]` with `a = sqrt(3 / fan_in)`: unit-variance outputs.
+    Linear(usize),
+    /// Uniform in `[center - spread, center + spread]`.
+    Around(f32, f32),
+}
+
+struct Spec {
+    key: String,
+    shape: Vec<usize>,
+    init: Init,
+}
+
+fn specs(cfg: &Config, d: &Dims) -> Vec<Spec> {
+    let mut out = Vec::new();
+    let mut push = |key: String, shape: Vec<usize>, init: Init| out.push(Spec { key, shape, init });
+    let a = &cfg.args;
+    push(
+        "mm_audio_embeddings.tok_embeddings.weight".into(),
+        vec![a.vocab_size, a.dim],
+        Init::Around(0.0, 0.8),
+    );
+    push(
+        "mm_audio_embeddings.audio_codebook_embeddings.embeddings.weight".into(),
+        vec![cfg.audio_embedding_rows, a.dim],
+        Init::Around(0.0, 0.3),
+    );
+    let mut transformer =
+        |p: &str, dim: usize, heads: usize, kv: usize, hd: usize, hidden: usize| {
+            push(
+                format!("{p}.attention.wq.weight"),
+                vec![heads * hd, dim],
+                Init::Linear(dim),
+            );
+            push(
+                format!("{p}.attention.wk.weight"),
+                vec![kv * hd, dim],
+                Init::Linear(dim),
+            );
+            push(
+                format!("{p}.attention.wv.weight"),
+                vec![kv * hd, dim],
+                Init::Linear(dim),
+            );
+            push(
+                format!("{p}.attention.wo.weight"),
+                vec![dim, heads * hd],
+                Init::Linear(heads * hd),
+            );
+            push(
+                format!("{p}.attention_norm.weight"),
+                vec![dim],
+                Init::Around(1.0, 0.1),
+            );
+            push(
+                format!("{p}.ffn_norm.weight"),
+                vec![dim],
+                Init::Around(1.0, 0.1),
+            );
+            push(
+                format!("{p}.feed_forward.w1.weight"),
+                vec![hidden, dim],
+                Init::Linear(dim),
+            );
+            push(
+                format!("{p}.feed_forward.w2.weight"),
+                vec![dim, hidden],
+                Init::Linear(hidden),
+            );
+            push(
+                format!("{p}.feed_forward.w3.weight"),
+                vec![hidden, dim],
+                Init::Linear(dim),
+            );
+        };
+    for i in 0..a.n_layers {
+        transformer(
+            &format!("layers.{i}"),
+            a.dim,
+            a.n_heads,
+            a.n_kv_heads,
+            a.head_dim,
+            a.hidden_dim,
+        );
+    }
+    let at = cfg.flow();
+    for i in 0..at.n_layers {
+        transformer(
+            &format!("acoustic_transformer.layers.{i}"),
+            at.dim,
+            at.n_heads,
+            at.n_kv_heads,
+            at.head_dim,
+            at.hidden_dim,
+        );
+    }
+    let c = cfg.codec();
+    // Codec transformers are the odd decoder blocks (the convs are the even ones).
+    for (j, st) in cfg.codec_stages.iter().enumerate() {
+        for l in 0..st.n_layers {
+            let p = format!("audio_tokenizer.decoder_blocks.{}.layers.{l}", 2 * j + 1);
+            transformer(&p, c.dim, c.n_heads, c.n_kv_heads, c.head_dim, c.hidden_dim);
+        }
+    }
+    drop(transformer);
+    push("norm.weight".into(), vec![a.dim], Init::Around(1.0, 0.1));
+    let p = "acoustic_transformer";
+    push(
+        format!("{p}.input_projection.weight"),
+        vec![at.dim, d.acoustic_books],
+        Init::Linear(d.acoustic_books),
+    );
+    push(
+        format!("{p}.time_projection.weight"),
+        vec![at.dim, at.dim],
+        Init::Linear(at.dim),
+    );
+    push(
+        format!("{p}.llm_projection.weight"),
+        vec![at.dim, a.dim],
+        Init::Linear(a.dim),
+    );
+    push(
+        format!("{p}.semantic_codebook_output.weight"),
+        vec![cfg.semantic_head_rows, at.dim],
+        Init::Linear(at.dim),
+    );
+    push(
+        format!("{p}.acoustic_codebook_output.weight"),
+        vec![d.acoustic_books, at.dim],
+        Init::Linear(at.dim),
+    );
+    push(
+        format!("{p}.norm.weight"),
+        vec![at.dim],
+        Init::Around(1.0, 0.1),
+    );
+    let t = "audio_tokenizer";
+    for (i, st) in cfg.codec_stages.iter().enumerate() {
+        let block = 2 * i;
+        let in_ch = if i == 0 { cfg.latent_dim() } else { c.dim };
+        // Conv1d v is [out, in, k]; ConvTranspose1d v is [in, out, k]: g has one value per axis-0 row.
+        push(
+            format!("{t}.decoder_blocks.{block}.conv.parametrizations.weight.original0"),
+            vec![c.dim, 1, 1],
+            Init::Around(1.0, 0.3),
+        );
+        let v_shape = if i == 0 {
+            vec![c.dim, in_ch, st.kernel]
+        } else {
+            vec![c.dim, c.dim, st.kernel]
+        };
+        push(
+            format!("{t}.decoder_blocks.{block}.conv.parametrizations.weight.original1"),
+            v_shape,
+            Init::Around(0.0, 1.0),
+        );
+    }
+    for j in 0..(cfg.codec_stages.len()) {
+        let block = 2 * j + 1;
+        for l in 0..cfg.codec_stages[j].n_layers {
+            let lp = format!("{t}.decoder_blocks.{block}.layers.{l}");
+            push(
+                format!("{lp}.attention.q_norm.weight"),
+                vec![c.n_heads * c.head_dim],
+                Init::Around(1.0, 0.1),
+            );
+            push(
+                format!("{lp}.attention.k_norm.weight"),
+                vec![c.n_kv_heads * c.head_dim],
+                Init::Around(1.0, 0.1),
+            );
+            push(
+                format!("{lp}.attention_scale"),
+                vec![c.dim],
+                Init::Around(0.1, 0.05),
+            );
+            push(
+                format!("{lp}.ffn_scale"),
+                vec![c.dim],
+                Init::Around(0.1, 0.05),
+            );
+        }
+    }
+    push(
+        format!("{t}.output_proj.conv.parametrizations.weight.original0"),
+        vec![c.pretransform_patch_size, 1, 1],
+        Init::Around(0.3, 0.1),
+    );
+    push(
+        format!("{t}.output_proj.conv.parametrizations.weight.original1"),
+        vec![c.pretransform_patch_size, c.dim, c.patch_proj_kernel_size],
+        Init::Around(0.0, 1.0),
+    );
+    push(
+        format!("{t}.quantizer.semantic_codebook.embedding_sum"),
+        vec![c.semantic_codebook_size, c.semantic_dim],
+        Init::Around(0.0, 1.0),
+    );
+    push(
+        format!("{t}.quantizer.semantic_codebook.cluster_usage"),
+        vec![c.semantic_codebook_size],
+        Init::Around(1.25, 0.75),
+    );
+    out
+}
+
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+fn rng_for(seed: u64, key: &str) -> rand_chacha::ChaCha8Rng {
+    rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ fnv1a(key))
+}
+
+/// Streams `n` bf16 values drawn per `init` into `out`.
+fn write_values(
+    out: &mut impl Write,
+    rng: &mut impl Rng,
+    n: usize,
+    init: Init,
+) -> std::io::Result<()> {
+    let (center, spread) = match init {
+        Init::Linear(fan_in) => (0.0, (3.0 / fan_in as f32).sqrt()),
+        Init::Around(c, s) => (c, s),
+    };
+    let mut buf = Vec::with_capacity(1 << 16);
+    let mut left = n;
+    while left > 0 {
+        let chunk = left.min(1 << 15);
+        buf.clear();
+        for _ in 0..chunk {
+            let u: f32 = rng.random::<f32>() * 2.0 - 1.0;
+            buf.extend_from_slice(&half::bf16::from_f32(center + spread * u).to_le_bytes());
+        }
+        out.write_all(&buf)?;
+        left -= chunk;
+    }
+    Ok(())
+}
+
+/// Writes a safetensors file tensor by tensor, without holding the data in memory.
+fn write_safetensors(
+    path: &Path,
+    specs: &[Spec],
+    seed: u64,
+    progress: &indicatif::ProgressBar,
+) -> Result<()> {
+    let mut header = serde_json::Map::new();
+    header.insert("__metadata__".into(), json!({"format": "pt"}));
+    let mut offset = 0usize;
+    for s in specs {
+        let bytes = s.shape.iter().product::<usize>() * 2;
+        header.insert(
+            s.key.clone(),
+            json!({"dtype": "BF16", "shape": s.shape, "data_offsets": [offset, offset + bytes]}),
+        );
+        offset += bytes;
+    }
+    let mut text = serde_json::to_string(&header)?;
+    // The data section starts 8-byte aligned, as the reference writer does.
+    while (8 + text.len()) % 8 != 0 {
+        text.push(' ');
+    }
+    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut out = BufWriter::with_capacity(1 << 20, file);
+    out.write_all(&(text.len() as u64).to_le_bytes())?;
+    out.write_all(text.as_bytes())?;
+    progress.set_length(offset as u64);
+    for s in specs {
+        let n = s.shape.iter().product();
+        write_values(&mut out, &mut rng_for(seed, &s.key), n, s.init)?;
+        progress.inc(n as u64 * 2);
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// A minimal protocol-2 pickle of `torch._utils._rebuild_tensor_v2` over storage "0", as
+/// `torch.save` writes for a contiguous bf16 tensor `[rows, dim]`.
+fn tensor_pickle(rows: usize, dim: usize) -> Vec<u8> {
+    let mut p = vec![0x80, 0x02];
+    let global = |p: &mut Vec<u8>, module: &str, name: &str| {
+        p.push(b'c');
+        p.extend_from_slice(format!("{module}\n{name}\n").as_bytes());
+    };
+    let string = |p: &mut Vec<u8>, s: &str| {
+        p.push(b'X');
+        p.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        p.extend_from_slice(s.as_bytes());
+    };
+    let int = |p: &mut Vec<u8>, v: usize| {
+        p.push(b'J');
+        p.extend_from_slice(&(v as i32).to_le_bytes());
+    };
+    global(&mut p, "torch._utils", "_rebuild_tensor_v2");
+    p.push(b'('); // args
+    p.push(b'('); // persistent id
+    string(&mut p, "storage");
+    global(&mut p, "torch", "BFloat16Storage");
+    string(&mut p, "0");
+    string(&mut p, "cpu");
+    int(&mut p, rows * dim);
+    p.push(b't');
+    p.push(b'Q'); // BINPERSID
+    int(&mut p, 0); // storage offset
+    int(&mut p, rows);
+    int(&mut p, dim);
+    p.push(0x86); // TUPLE2: size
+    int(&mut p, dim);
+    int(&mut p, 1);
+    p.push(0x86); // TUPLE2: stride
+    p.push(0x89); // requires_grad = False
+    global(&mut p, "collections", "OrderedDict");
+    p.push(b')');
+    p.push(b'R');
+    p.push(b't');
+    p.push(b'R');
+    p.push(b'.');
+    p
+}
+
+fn write_voice_pt(path: &Path, name: &str, rows: usize, dim: usize, data: &[u8]) -> Result<()> {
+    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut zip = zip::ZipWriter::new(file);
+    let opts =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    let entries: [(&str, &[u8]); 4] = [
+        ("data.pkl", &tensor_pickle(rows, dim)),
+        ("byteorder", b"little"),
+        ("data/0", data),
+        ("version", b"3\n"),
+    ];
+    for (entry, bytes) in entries {
+        zip.start_file(format!("{name}/{entry}"), opts)?;
+        zip.write_all(bytes)?;
+    }
+    zip.finish()?;
+    Ok(())
+}
+
+fn write_voice_safetensors(path: &Path, rows: usize, dim: usize, data: &[u8]) -> Result<()> {
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::BF16, vec![rows, dim], data)?;
+    safetensors::serialize_to_file([("embedding", view)], None, path)?;
+    Ok(())
+}
+
+/// Writes a complete random model folder to `out`.
+pub fn make_test_model(out: &Path, preset: Preset, seed: u64) -> Result<()> {
+    let d = preset.dims();
+    std::fs::create_dir_all(out.join(VOICE_DIR))
+        .with_context(|| format!("creating {}", out.display()))?;
+    let vocab = 1000 + 256 + d.merges;
+    let params = params_json(&d, vocab);
+    let args: ModelArgs = serde_json::from_value(params.clone())?;
+    let cfg = Config::from_args(args, "params.json").map_err(anyhow::Error::from)?;
+    std::fs::write(
+        out.join("params.json"),
+        serde_json::to_string_pretty(&params)? + "\n",
+    )?;
+
+    let mut voice_rng = rng_for(seed, "voice_rows");
+    let rows: BTreeMap<String, usize> = PRESET_VOICES
+        .iter()
+        .map(|v| {
+            (
+                v.to_string(),
+                voice_rng.random_range(d.voice_rows.0..=d.voice_rows.1),
+            )
+        })
+        .collect();
+    write_test_tekken(&out.join("tekken.json"), d.merges, &rows).context("writing tekken.json")?;
+
+    for (name, &n) in &rows {
+        let mut data = Vec::with_capacity(n * d.dim * 2);
+        write_values(
+            &mut data,
+            &mut rng_for(seed, &format!("voice.{name}")),
+            n * d.dim,
+            Init::Around(0.0, 1.0),
+        )?;
+        write_voice_pt(
+            &out.join(VOICE_DIR).join(format!("{name}.pt")),
+            name,
+            n,
+            d.dim,
+            &data,
+        )?;
+        write_voice_safetensors(
+            &out.join(VOICE_DIR).join(format!("{name}.safetensors")),
+            n,
+            d.dim,
+            &data,
+        )?;
+    }
+
+    let progress = indicatif::ProgressBar::new(0).with_style(
+        indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} ({eta})")
+            .expect("valid template"),
+    );
+    progress.set_message("consolidated.safetensors");
+    if preset != Preset::Full {
+        progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    write_safetensors(
+        &out.join("consolidated.safetensors"),
+        &specs(&cfg, &d),
+        seed,
+        &progress,
+    )?;
+    progress.finish_and_clear();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_preset_has_the_published_tensor_count_and_sizes() {
+        let d = Preset::Full.dims();
+        let args: ModelArgs = serde_json::from_value(params_json(&d, 131_072)).unwrap();
+        let cfg = Config::from_args(args, "params.json").unwrap();
+        let specs = specs(&cfg, &d);
+        assert_eq!(specs.len(), 386);
+        let find = |k: &str| specs.iter().find(|s| s.key == k).map(|s| s.shape.clone());
+        assert_eq!(
+            find("acoustic_transformer.semantic_codebook_output.weight"),
+            Some(vec![8320, 3072])
+        );
+        assert_eq!(
+            find("mm_audio_embeddings.audio_codebook_embeddings.embeddings.weight"),
+            Some(vec![9088, 3072])
+        );
+        assert_eq!(
+            find("audio_tokenizer.decoder_blocks.0.conv.parametrizations.weight.original1"),
+            Some(vec![1024, 292, 3])
+        );
+        assert_eq!(
+            find("audio_tokenizer.decoder_blocks.7.layers.1.attention.k_norm.weight"),
+            Some(vec![1024])
+        );
+        let bytes: usize = specs
+            .iter()
+            .map(|s| s.shape.iter().product::<usize>() * 2)
+            .sum();
+        assert!((7_500_000_000..8_500_000_000).contains(&bytes), "{bytes}");
+    }
+}
