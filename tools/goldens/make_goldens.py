@@ -51,14 +51,14 @@ def round_up_128(n: int) -> int:
 # Reading the published layout (no torch needed)
 # ---------------------------------------------------------------------------
 
-def read_safetensors_f32(path: Path) -> dict[str, np.ndarray]:
-    """Parse a .safetensors file; every tensor converted exactly to float32."""
+def iter_safetensors_f32(path: Path):
+    """Yield (name, float32 array) for each tensor of a .safetensors file, one at a
+    time (bf16/f16 widened exactly), so the real 8 GB checkpoint is never held twice."""
     with open(path, "rb") as f:
         (hlen,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(hlen))
     base = 8 + hlen
     mm = np.memmap(path, dtype=np.uint8, mode="r")
-    out = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
@@ -75,8 +75,12 @@ def read_safetensors_f32(path: Path) -> dict[str, np.ndarray]:
             arr = raw.view("<f2").astype(F32)
         else:
             raise ValueError(f"{path}: tensor {name} has unsupported dtype {dt}")
-        out[name] = np.ascontiguousarray(arr.reshape(shape))
-    return out
+        yield name, np.ascontiguousarray(arr.reshape(shape))
+
+
+def read_safetensors_f32(path: Path) -> dict[str, np.ndarray]:
+    """Every tensor of a .safetensors file as float32."""
+    return dict(iter_safetensors_f32(path))
 
 
 def read_voice(model_dir: Path, voice: str, n_rows: int, dim: int) -> tuple[np.ndarray, str]:
@@ -262,8 +266,7 @@ class Reference:
         model.audio_tokenizer._alibi_slopes = alibi_slopes_ref(targs.n_heads)
 
         ckpt = model_dir / "consolidated.safetensors"
-        raw = read_safetensors_f32(ckpt)
-        weights = model.sanitize({k: mx.array(v) for k, v in raw.items()})
+        weights = model.sanitize({k: mx.array(v) for k, v in iter_safetensors_f32(ckpt)})
         weights = {k: v for k, v in weights.items()
                    if not k.startswith(("audio_tokenizer.input_proj.", "audio_tokenizer.encoder_blocks."))}
         params = dict(_flatten(model.parameters()))
