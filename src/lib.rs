@@ -1,10 +1,12 @@
 //! Voxtral TTS: an OpenAI-compatible speech server for Voxtral-4B-TTS on libtorch.
 //!
+//! - `audio`: PCM -> wav, pcm, mp3, flac, opus, aac (one-shot and streaming).
 //! - `tensor`: the small tensor interface the model is written against, and its backends.
 //! - `model`: loading the published model folder and running text -> codes -> PCM.
 //! - `testmodel`: random checkpoints in the published layout.
 //! - `cli`: the `voxtral-tts` command.
 
+pub mod audio;
 pub mod cli;
 pub mod device;
 pub mod model;

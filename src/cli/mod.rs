@@ -1,5 +1,7 @@
 //! The `voxtral-tts` command line.
 
+mod bench;
+mod download;
 mod synth;
 
 use crate::testmodel::{make_test_model, Preset};
@@ -28,6 +30,10 @@ enum Command {
         #[arg(long)]
         model: PathBuf,
     },
+    /// Time the engine per frame (backbone, flow head, codec).
+    Bench(bench::BenchArgs),
+    /// Download the published model folder from the Hugging Face Hub (needs internet).
+    Download(download::DownloadArgs),
     /// Write a random checkpoint in the published layout (for tests and benchmarks).
     MakeTestModel {
         #[arg(long)]
@@ -50,6 +56,8 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Synth(args) => synth::run(args),
         Command::Voices { model } => synth::list_voices(&model),
+        Command::Bench(args) => bench::run(args),
+        Command::Download(args) => download::run(args),
         Command::MakeTestModel { out, preset, seed } => make_test_model(&out, preset, seed),
     };
     match result {

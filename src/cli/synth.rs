@@ -1,5 +1,6 @@
 //! `voxtral-tts synth` and `voxtral-tts voices`.
 
+use crate::audio::{encode_audio, AudioFormat};
 use crate::device::DeviceChoice;
 use crate::model::{Noise, SynthesisRequest, Voxtral, DEFAULT_MAX_FRAMES};
 use crate::tensor::tch_backend::TchTensor;
@@ -87,7 +88,10 @@ pub fn run(args: SynthArgs) -> Result<()> {
     }
     bar.finish_and_clear();
     let synthesis = generation.finish()?;
-    write_wav(&args.output, &synthesis.pcm, model.sample_rate())?;
+    write_atomically(
+        &args.output,
+        &encode_audio(AudioFormat::Wav, &synthesis.pcm)?,
+    )?;
     if let Some(path) = &args.dump_codes {
         let json =
             serde_json::json!({"prompt_ids": synthesis.prompt_ids, "codes": synthesis.codes});
@@ -109,22 +113,6 @@ pub fn list_voices(dir: &Path) -> Result<()> {
         println!("{v}");
     }
     Ok(())
-}
-
-fn write_wav(path: &Path, pcm: &[f32], sample_rate: u32) -> Result<()> {
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut bytes = std::io::Cursor::new(Vec::new());
-    let mut w = hound::WavWriter::new(&mut bytes, spec)?;
-    for &x in pcm {
-        w.write_sample((x.clamp(-1.0, 1.0) * i16::MAX as f32).round() as i16)?;
-    }
-    w.finalize()?;
-    write_atomically(path, bytes.get_ref())
 }
 
 /// Writes via a temporary file and a rename, so a failed run never leaves a partial file.

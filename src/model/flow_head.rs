@@ -37,7 +37,7 @@ pub struct FlowHead<T: Tensor> {
     llm_projection: T,
     /// `time_projection(time_embedding(t_i))` for each Euler step, `[1, 1, dim]`.
     time_table: Vec<T>,
-    dts: Vec<f32>,
+    dt: f32,
     layers: Vec<FlowLayer<T>>,
     norm: RmsNorm<T>,
     alpha: f32,
@@ -111,18 +111,15 @@ impl<T: Tensor> FlowHead<T> {
             })
             .collect();
 
-        // The reference builds its schedule in the compute dtype: t_i = i/steps, dt_i = t_{i+1} - t_i.
+        // Times t_i = i/steps and a constant dt = 1/steps, each rounded once to the compute dtype.
         let steps = cfg.euler_steps;
         let dtype = l.dtype;
-        let times: Vec<f32> = (0..=steps)
+        let times: Vec<f32> = (0..steps)
             .map(|i| dtype.round_scalar(i as f32 / steps as f32))
             .collect();
-        let dts = times
-            .windows(2)
-            .map(|w| dtype.round_scalar(w[1] - w[0]))
-            .collect();
+        let dt = dtype.round_scalar(1.0 / steps as f32);
         let time_projection = l.tensor(&format!("{p}.time_projection.weight"), &[dim, dim])?;
-        let time_table = times[..steps]
+        let time_table = times
             .iter()
             .map(|&t| {
                 l.from_f32(&time_embedding(t, dim), &[1, 1, dim])
@@ -146,7 +143,7 @@ impl<T: Tensor> FlowHead<T> {
             llm_projection: l
                 .tensor(&format!("{p}.llm_projection.weight"), &[dim, at.input_dim])?,
             time_table,
-            dts,
+            dt,
             layers,
             norm: RmsNorm::load(l, &format!("{p}.norm.weight"), dim, at.norm_eps)?,
             alpha,
@@ -206,11 +203,10 @@ impl<T: Tensor> FlowHead<T> {
             "noise must hold n_acoustic values per row"
         );
         let mut x = T::from_f32(&self.device, noise, &[b, self.n_acoustic], self.dtype);
-        for (step, &dt) in self.dts.iter().enumerate() {
+        for t in &self.time_table {
             let xb = T::cat(&[&x, &x], 0)
                 .linear(&self.input_projection)
                 .reshape(&[2 * b, 1, self.dim]);
-            let t = &self.time_table[step];
             let ts: Vec<&T> = std::iter::repeat_n(t, 2 * b).collect();
             let mut h = T::cat(&[&xb, &T::cat(&ts, 0), &llm], 1);
             for layer in &self.layers {
@@ -226,7 +222,7 @@ impl<T: Tensor> FlowHead<T> {
                 .narrow(0, 0, b)
                 .scale(self.alpha)
                 .add(&v.narrow(0, b, b).scale(self.beta));
-            x = x.add(&v.scale(dt));
+            x = x.add(&v.scale(self.dt));
         }
         let levels = (self.levels - 1) as f32;
         x.clamp(-1.0, 1.0)

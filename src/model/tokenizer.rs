@@ -1,150 +1,1372 @@
-//! INTERIM tokenizer (to be replaced by the full Tekken implementation).
-use base64::Engine;
-use serde::Deserialize;
-use std::collections::{BTreeMap, HashMap};
+//! Tekken tokenizer (`tekken.json`), as used by Voxtral-4B-TTS.
+//!
+//! Reproduces `mistral_common`'s `Tekkenizer.encode(text, bos=False, eos=False)`
+//! (which is `tiktoken.Encoding.encode` plus an id offset):
+//!
+//! 1. The text is split into pieces with `config.pattern` (a tiktoken-style regex that
+//!    needs look-ahead, `\s+(?!\S)`, hence `fancy-regex`). Text between matches (if a
+//!    pattern left any) is dropped, exactly as tiktoken does.
+//! 2. Each piece is encoded with byte-level BPE over the first
+//!    `default_vocab_size - default_num_special_tokens` vocab entries: a piece that is a
+//!    vocab entry is one token; otherwise, starting from single bytes, the adjacent pair
+//!    whose concatenated bytes have the lowest rank is merged (leftmost on ties) until no
+//!    adjacent pair is in the vocab. The rank is the merge priority.
+//! 3. Token id = rank + `default_num_special_tokens` (ids below that are special tokens).
+//!
+//! # Regex failures
+//! `fancy-regex` is a backtracking engine with a hard limit on its backtracking stack (1M
+//! entries) and on backtracking steps (1M). With the Tekken pattern, fancy-regex 0.14
+//! returns `Err` for a single run of about 1M characters of one class (1M spaces, letters,
+//! CJK, punctuation, newlines...); shorter inputs never hit it (a 100k-char run is fine).
+//! Python's tiktoken 0.14 (fancy-regex 0.19) raises `ValueError` for whitespace runs of
+//! about 1M characters and copes with long letter runs, so such inputs have no usable
+//! reference output. `encode` never fails and never panics: when a search errors at byte
+//! position `p`, the search is retried on a bounded window of the text,
+//! `text[p .. p + 64 KiB]` (cut at a char boundary), which needs far less backtracking
+//! state. The first match in that window becomes the next piece (a match that reaches the
+//! window end is cut there, so an over-long run is split into pieces of at most 64 KiB);
+//! if even the windowed search errors, the whole window becomes one piece. Windowed mode
+//! lasts until a match ends strictly inside its window (or the text ends); the normal
+//! full-text search resumes after that. Every input byte that the pattern covers is still
+//! encoded exactly once, so the byte content round-trips; only piece boundaries inside
+//! the over-long run can differ from what an unlimited regex engine would produce.
+//!
+//! Pieces of 100 bytes or more use a heap-based merge (O(n log n)); shorter ones the
+//! simple O(n^2) scan, like tiktoken. Both produce the same merges.
+
+use std::cmp::Reverse;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::path::Path;
 
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct TokenizerError(String);
+use base64::Engine as _;
+use serde_json::{Map, Value};
 
-#[derive(Deserialize)]
-struct File {
-    config: Conf,
-    vocab: Vec<Entry>,
-    special_tokens: Vec<Special>,
-    #[serde(default)]
-    audio: Option<Audio>,
+/// The pre-tokenizer pattern of the released Tekken vocabularies (v3..v7 files).
+pub const TEKKEN_PATTERN: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Special tokens that files without a `special_tokens` list (versions up to v7) get,
+/// as `mistral_common`'s `Tekkenizer.DEPRECATED_SPECIAL_TOKENS` (ranks 0..=19).
+const DEPRECATED_SPECIAL_TOKENS: [&str; 20] = [
+    "<unk>",
+    "<s>",
+    "</s>",
+    "[INST]",
+    "[/INST]",
+    "[AVAILABLE_TOOLS]",
+    "[/AVAILABLE_TOOLS]",
+    "[TOOL_RESULTS]",
+    "[/TOOL_RESULTS]",
+    "[TOOL_CALLS]",
+    "[IMG]",
+    "<pad>",
+    "[IMG_BREAK]",
+    "[IMG_END]",
+    "[PREFIX]",
+    "[MIDDLE]",
+    "[SUFFIX]",
+    "[SYSTEM_PROMPT]",
+    "[/SYSTEM_PROMPT]",
+    "[TOOL_CONTENT]",
+];
+
+/// Size of the window the regex search is retried on after a regex error (see module docs).
+const FALLBACK_WINDOW_BYTES: usize = 64 * 1024;
+
+/// Pieces at least this long use the heap-based merge (the threshold tiktoken uses).
+const LARGE_PIECE_BYTES: usize = 100;
+
+const NO_RANK: u32 = u32::MAX;
+
+/// Errors loading a `tekken.json`. Every message starts with the file path (or the origin
+/// given to [`Tekken::from_json_str`]) and names the key at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    #[error("{path}: cannot read tokenizer file: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not valid JSON (whole document): {source}")]
+    Json {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: missing required key `{key}`")]
+    MissingKey { path: String, key: String },
+    #[error("{path}: key `{key}`: {reason}")]
+    Invalid {
+        path: String,
+        key: String,
+        reason: String,
+    },
+    #[error("{path}: key `config.pattern`: regex does not compile: {source}")]
+    Pattern {
+        path: String,
+        #[source]
+        source: Box<fancy_regex::Error>,
+    },
 }
-#[derive(Deserialize)]
-struct Conf {
-    pattern: String,
-    default_vocab_size: usize,
-    default_num_special_tokens: usize,
-}
-#[derive(Deserialize)]
-struct Entry {
-    rank: u32,
-    token_bytes: String,
-}
-#[derive(Deserialize)]
-struct Special {
-    rank: u32,
-    token_str: String,
-}
-#[derive(Deserialize)]
-struct Audio {
-    #[serde(default)]
+
+/// A loaded Tekken tokenizer (encode only).
+#[derive(Clone)]
+pub struct Tekken {
+    pattern: fancy_regex::Regex,
+    /// Token bytes -> rank, for the first `vocab_size - num_special_tokens` ranks.
+    ranks: HashMap<Vec<u8>, u32>,
+    num_special_tokens: usize,
+    vocab_size: usize,
+    /// `token_str` -> id of every special token (including `<SPECIAL_N>` fillers).
+    specials: HashMap<String, u32>,
     voice_num_audio_tokens: BTreeMap<String, usize>,
 }
 
-pub struct Tekken {
-    ranks: HashMap<Vec<u8>, u32>,
-    regex: fancy_regex::Regex,
-    special: HashMap<String, u32>,
-    voices: BTreeMap<String, usize>,
-    vocab_size: usize,
-    n_special: usize,
+impl std::fmt::Debug for Tekken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tekken")
+            .field("vocab_size", &self.vocab_size)
+            .field("num_special_tokens", &self.num_special_tokens)
+            .field("mergeable_ranks", &self.ranks.len())
+            .field("voices", &self.voice_num_audio_tokens.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Tekken {
+    /// Reads a `tekken.json` (object form: `config`, `vocab`, optional `special_tokens`,
+    /// optional `audio`; other keys such as `image` are ignored).
     pub fn from_file(path: &Path) -> Result<Self, TokenizerError> {
-        let s = std::fs::read_to_string(path).map_err(|e| TokenizerError(e.to_string()))?;
-        let f: File = serde_json::from_str(&s).map_err(|e| TokenizerError(e.to_string()))?;
-        let n = f.config.default_vocab_size - f.config.default_num_special_tokens;
-        let mut ranks = HashMap::new();
-        for e in f.vocab.iter().take(n) {
-            let b = base64::engine::general_purpose::STANDARD
-                .decode(&e.token_bytes)
-                .map_err(|e| TokenizerError(e.to_string()))?;
-            ranks.insert(b, e.rank);
-        }
-        Ok(Tekken {
-            ranks,
-            regex: fancy_regex::Regex::new(&f.config.pattern)
-                .map_err(|e| TokenizerError(e.to_string()))?,
-            special: f
-                .special_tokens
-                .iter()
-                .map(|s| (s.token_str.clone(), s.rank))
-                .collect(),
-            voices: f
-                .audio
-                .map(|a| a.voice_num_audio_tokens)
-                .unwrap_or_default(),
-            vocab_size: f.config.default_vocab_size,
-            n_special: f.config.default_num_special_tokens,
-        })
+        let origin = path.display().to_string();
+        let json = std::fs::read_to_string(path).map_err(|source| TokenizerError::Io {
+            path: origin.clone(),
+            source,
+        })?;
+        Self::from_json_str(&json, &origin)
     }
+
+    /// Parses the contents of a `tekken.json`; `origin` (usually the file path) is used in
+    /// error messages.
+    pub fn from_json_str(json: &str, origin: &str) -> Result<Self, TokenizerError> {
+        let root: Value = serde_json::from_str(json).map_err(|source| TokenizerError::Json {
+            path: origin.to_string(),
+            source,
+        })?;
+        Loader { origin }.load(&root)
+    }
+
+    /// Encodes `text` without BOS/EOS. Ids are `rank + num_special_tokens`. Never panics.
     pub fn encode(&self, text: &str) -> Vec<u32> {
-        let mut out = Vec::new();
-        for m in self.regex.find_iter(text).flatten() {
-            let mut parts: Vec<Vec<u8>> = m.as_str().bytes().map(|b| vec![b]).collect();
-            loop {
-                let best = (0..parts.len().saturating_sub(1))
-                    .filter_map(|i| {
-                        let mut j = parts[i].clone();
-                        j.extend(&parts[i + 1]);
-                        self.ranks.get(&j).map(|&r| (r, i))
-                    })
-                    .min();
-                let Some((_, i)) = best else { break };
-                let next = parts.remove(i + 1);
-                parts[i].extend(next);
-            }
-            out.extend(parts.iter().map(|p| self.ranks[p] + self.n_special as u32));
-        }
+        let mut out = Vec::with_capacity(text.len() / 3 + 1);
+        let offset = self.num_special_tokens as u32;
+        self.for_each_piece(text, |piece| self.encode_piece(piece, offset, &mut out));
         out
     }
-    pub fn special_id(&self, s: &str) -> Option<u32> {
-        self.special.get(s).copied()
+
+    /// Id of the special token named `token_str` (e.g. `"<s>"`, `"[AUDIO]"`), if any.
+    pub fn special_id(&self, token_str: &str) -> Option<u32> {
+        self.specials.get(token_str).copied()
     }
+
+    /// `audio.voice_num_audio_tokens` (empty when the file has none).
     pub fn voice_num_audio_tokens(&self) -> &BTreeMap<String, usize> {
-        &self.voices
+        &self.voice_num_audio_tokens
     }
+
+    /// `config.default_vocab_size` (special + regular ids).
     pub fn vocab_size(&self) -> usize {
         self.vocab_size
     }
+
+    /// `config.default_num_special_tokens`.
+    pub fn num_special_tokens(&self) -> usize {
+        self.num_special_tokens
+    }
+
+    /// Calls `f` on every non-empty pre-tokenizer piece of `text`, in order (see the module
+    /// docs for the behaviour on regex errors).
+    fn for_each_piece<'t>(&self, text: &'t str, mut f: impl FnMut(&'t [u8])) {
+        let re = &self.pattern;
+        let len = text.len();
+        let mut pos = 0usize;
+        let mut windowed = false;
+        // Iteration rules of `fancy_regex::Matches`: the next search starts at the previous
+        // match end, or one char later after an empty match. Empty matches give no piece.
+        while pos <= len {
+            let full = if windowed {
+                Err(())
+            } else {
+                re.find_from_pos(text, pos).map_err(|_| ())
+            };
+            let (start, end) = match full {
+                Ok(Some(m)) => (m.start(), m.end()),
+                Ok(None) => break,
+                Err(()) => {
+                    let window_end = (pos + FALLBACK_WINDOW_BYTES).min(len);
+                    let window_end = floor_char_boundary(text, window_end);
+                    // A window always holds at least one char (the regex error was not at
+                    // the text end); `window_end == len` ends windowed mode.
+                    let window_end = if window_end <= pos {
+                        next_char_boundary(text, pos).min(len)
+                    } else {
+                        window_end
+                    };
+                    match re.find_from_pos(&text[..window_end], pos) {
+                        Ok(Some(m)) => {
+                            windowed = m.end() >= window_end && window_end < len;
+                            (m.start(), m.end())
+                        }
+                        Ok(None) => {
+                            // No match in the window: its text is dropped, like unmatched
+                            // text in tiktoken (cannot happen with the Tekken pattern).
+                            windowed = window_end < len;
+                            if window_end >= len {
+                                break;
+                            }
+                            pos = window_end;
+                            continue;
+                        }
+                        Err(_) => {
+                            windowed = window_end < len;
+                            (pos, window_end)
+                        }
+                    }
+                }
+            };
+            if start == end {
+                pos = next_char_boundary(text, end);
+                continue;
+            }
+            f(&text.as_bytes()[start..end]);
+            pos = end;
+        }
+    }
+
+    #[inline]
+    fn rank(&self, bytes: &[u8]) -> u32 {
+        self.ranks.get(bytes).copied().unwrap_or(NO_RANK)
+    }
+
+    fn encode_piece(&self, piece: &[u8], offset: u32, out: &mut Vec<u32>) {
+        if piece.is_empty() {
+            return;
+        }
+        if let Some(&rank) = self.ranks.get(piece) {
+            out.push(rank + offset);
+            return;
+        }
+        if piece.len() < LARGE_PIECE_BYTES {
+            self.merge_small(piece, offset, out);
+        } else {
+            self.merge_large(piece, offset, out);
+        }
+    }
+
+    /// tiktoken's `_byte_pair_merge`: `parts[i] = (start, rank of parts i and i+1 merged)`.
+    fn merge_small(&self, piece: &[u8], offset: u32, out: &mut Vec<u32>) {
+        let n = piece.len();
+        let mut parts: Vec<(usize, u32)> = Vec::with_capacity(n + 1);
+        for i in 0..n - 1 {
+            parts.push((i, self.rank(&piece[i..i + 2])));
+        }
+        parts.push((n - 1, NO_RANK));
+        parts.push((n, NO_RANK));
+        loop {
+            let mut best = (NO_RANK, usize::MAX);
+            for (i, &(_, rank)) in parts[..parts.len() - 1].iter().enumerate() {
+                if rank < best.0 {
+                    best = (rank, i);
+                }
+            }
+            if best.0 == NO_RANK {
+                break;
+            }
+            let i = best.1;
+            parts.remove(i + 1);
+            // Pair ranks of the new part with its neighbours (`parts` is one shorter now).
+            let pair_rank = |parts: &[(usize, u32)], j: usize| {
+                if j + 2 < parts.len() {
+                    self.rank(&piece[parts[j].0..parts[j + 2].0])
+                } else {
+                    NO_RANK
+                }
+            };
+            parts[i].1 = pair_rank(&parts, i);
+            if i > 0 {
+                parts[i - 1].1 = pair_rank(&parts, i - 1);
+            }
+        }
+        for w in parts.windows(2) {
+            // Every part is a single byte or a merge result, so it has a rank.
+            out.push(self.rank(&piece[w[0].0..w[1].0]) + offset);
+        }
+    }
+
+    /// Same merges as `merge_small`, with a min-heap of candidate pairs (rank, start) and
+    /// lazy invalidation; a heap entry is valid while the two parts it joins are still
+    /// adjacent and unmerged, checked via the span end it was pushed with.
+    fn merge_large(&self, piece: &[u8], offset: u32, out: &mut Vec<u32>) {
+        let n = piece.len();
+        // Parts are identified by their start byte; `end[s]` is the end of the part starting
+        // at `s`, `prev[s]` the start of the part before it (usize::MAX for none),
+        // `alive[s]` whether a part starts at `s`.
+        let mut end: Vec<usize> = (1..=n).collect();
+        let mut prev: Vec<usize> = (0..n).map(|i| i.wrapping_sub(1)).collect();
+        let mut alive = vec![true; n];
+        let mut heap: BinaryHeap<Reverse<(u32, usize, usize)>> = BinaryHeap::with_capacity(n);
+        for i in 0..n - 1 {
+            let rank = self.rank(&piece[i..i + 2]);
+            if rank != NO_RANK {
+                heap.push(Reverse((rank, i, i + 2)));
+            }
+        }
+        while let Some(Reverse((_, start, span_end))) = heap.pop() {
+            if !alive[start] {
+                continue;
+            }
+            let mid = end[start];
+            if mid >= n || end[mid] != span_end {
+                continue; // stale: one of the two parts has changed since
+            }
+            // Merge the part at `mid` into the part at `start`.
+            alive[mid] = false;
+            end[start] = span_end;
+            if span_end < n {
+                prev[span_end] = start;
+                let next_end = end[span_end];
+                let rank = self.rank(&piece[start..next_end]);
+                if rank != NO_RANK {
+                    heap.push(Reverse((rank, start, next_end)));
+                }
+            }
+            let p = prev[start];
+            if p != usize::MAX {
+                let rank = self.rank(&piece[p..span_end]);
+                if rank != NO_RANK {
+                    heap.push(Reverse((rank, p, span_end)));
+                }
+            }
+        }
+        let mut s = 0;
+        while s < n {
+            out.push(self.rank(&piece[s..end[s]]) + offset);
+            s = end[s];
+        }
+    }
 }
 
+fn floor_char_boundary(text: &str, mut i: usize) -> usize {
+    if i >= text.len() {
+        return text.len();
+    }
+    while !text.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+fn next_char_boundary(text: &str, i: usize) -> usize {
+    if i >= text.len() {
+        return text.len() + 1;
+    }
+    let mut j = i + 1;
+    while j < text.len() && !text.is_char_boundary(j) {
+        j += 1;
+    }
+    j
+}
+
+/// Parsing and validation of the JSON document, mirroring `Tekkenizer.from_file` and
+/// `Tekkenizer.__init__` of mistral-common 1.13.
+struct Loader<'a> {
+    origin: &'a str,
+}
+
+impl Loader<'_> {
+    fn missing(&self, key: &str) -> TokenizerError {
+        TokenizerError::MissingKey {
+            path: self.origin.to_string(),
+            key: key.to_string(),
+        }
+    }
+
+    fn invalid(&self, key: &str, reason: impl Into<String>) -> TokenizerError {
+        TokenizerError::Invalid {
+            path: self.origin.to_string(),
+            key: key.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    fn object<'v>(
+        &self,
+        value: &'v Value,
+        key: &str,
+    ) -> Result<&'v Map<String, Value>, TokenizerError> {
+        value
+            .as_object()
+            .ok_or_else(|| self.invalid(key, format!("expected an object, found {}", kind(value))))
+    }
+
+    fn field<'v>(
+        &self,
+        obj: &'v Map<String, Value>,
+        parent: &str,
+        name: &str,
+    ) -> Result<&'v Value, TokenizerError> {
+        match obj.get(name) {
+            Some(v) => Ok(v),
+            None => Err(self.missing(&join_key(parent, name))),
+        }
+    }
+
+    fn uint(&self, value: &Value, key: &str) -> Result<u64, TokenizerError> {
+        value.as_u64().ok_or_else(|| {
+            self.invalid(
+                key,
+                format!("expected a non-negative integer, found {}", kind(value)),
+            )
+        })
+    }
+
+    fn usize_field(
+        &self,
+        obj: &Map<String, Value>,
+        parent: &str,
+        name: &str,
+    ) -> Result<usize, TokenizerError> {
+        let key = join_key(parent, name);
+        let v = self.uint(self.field(obj, parent, name)?, &key)?;
+        usize::try_from(v)
+            .ok()
+            .filter(|&v| v <= u32::MAX as usize / 2)
+            .ok_or_else(|| self.invalid(&key, format!("value {v} is too large")))
+    }
+
+    fn str_field<'v>(
+        &self,
+        obj: &'v Map<String, Value>,
+        parent: &str,
+        name: &str,
+    ) -> Result<&'v str, TokenizerError> {
+        let v = self.field(obj, parent, name)?;
+        v.as_str().ok_or_else(|| {
+            self.invalid(
+                &join_key(parent, name),
+                format!("expected a string, found {}", kind(v)),
+            )
+        })
+    }
+
+    fn load(&self, root: &Value) -> Result<Tekken, TokenizerError> {
+        let root = self.object(root, "(root)")?;
+        let config = self.object(self.field(root, "", "config")?, "config")?;
+        let pattern_src = self.str_field(config, "config", "pattern")?;
+        let vocab_size = self.usize_field(config, "config", "default_vocab_size")?;
+        let num_special = self.usize_field(config, "config", "default_num_special_tokens")?;
+        let version = self.str_field(config, "config", "version")?;
+        // mistral-common accepts only its known versions; accept any `v<N>` so that newer
+        // files still load, and use N for the `special_tokens` rule below.
+        let version_num: u32 = version
+            .strip_prefix('v')
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| {
+                self.invalid(
+                    "config.version",
+                    format!("expected a version like \"v7\", found {version:?}"),
+                )
+            })?;
+
+        if vocab_size < num_special + 256 {
+            return Err(self.invalid(
+                "config.default_vocab_size",
+                format!(
+                    "{vocab_size} leaves fewer than 256 regular tokens after \
+                     {num_special} special tokens (config.default_num_special_tokens)"
+                ),
+            ));
+        }
+        let inner_vocab = vocab_size - num_special;
+
+        let specials = self.load_special_tokens(root, num_special, version_num)?;
+        let ranks = self.load_vocab(root, inner_vocab)?;
+        let voice_num_audio_tokens = self.load_voices(root)?;
+
+        let pattern =
+            fancy_regex::Regex::new(pattern_src).map_err(|e| TokenizerError::Pattern {
+                path: self.origin.to_string(),
+                source: Box::new(e),
+            })?;
+
+        Ok(Tekken {
+            pattern,
+            ranks,
+            num_special_tokens: num_special,
+            vocab_size,
+            specials,
+            voice_num_audio_tokens,
+        })
+    }
+
+    fn load_special_tokens(
+        &self,
+        root: &Map<String, Value>,
+        num_special: usize,
+        version_num: u32,
+    ) -> Result<HashMap<String, u32>, TokenizerError> {
+        let mut named: Vec<(String, u32)> = Vec::new();
+        match root.get("special_tokens") {
+            None | Some(Value::Null) => {
+                if version_num > 7 {
+                    return Err(self.missing("special_tokens"));
+                }
+                for (rank, name) in DEPRECATED_SPECIAL_TOKENS.iter().enumerate() {
+                    named.push((name.to_string(), rank as u32));
+                }
+            }
+            Some(list) => {
+                let list = list.as_array().ok_or_else(|| {
+                    self.invalid(
+                        "special_tokens",
+                        format!("expected an array, found {}", kind(list)),
+                    )
+                })?;
+                for (i, entry) in list.iter().enumerate() {
+                    let key = format!("special_tokens[{i}]");
+                    let obj = self.object(entry, &key)?;
+                    let name = self.str_field(obj, &key, "token_str")?;
+                    let rank = self.usize_field(obj, &key, "rank")?;
+                    if rank >= num_special {
+                        return Err(self.invalid(
+                            &format!("{key}.rank"),
+                            format!(
+                                "rank {rank} is not below config.default_num_special_tokens ({num_special})"
+                            ),
+                        ));
+                    }
+                    named.push((name.to_string(), rank as u32));
+                }
+            }
+        }
+        if named.len() > num_special {
+            return Err(self.invalid(
+                "special_tokens",
+                format!(
+                    "{} entries but config.default_num_special_tokens is {num_special}",
+                    named.len()
+                ),
+            ));
+        }
+        // Like mistral-common: positions len(list)..num_special are filled with
+        // `<SPECIAL_{i}>` (rank i), and all names must be unique.
+        let listed = named.len();
+        named.extend((listed..num_special).map(|i| (format!("<SPECIAL_{i}>"), i as u32)));
+        let mut specials = HashMap::with_capacity(named.len());
+        for (i, (name, rank)) in named.into_iter().enumerate() {
+            match specials.entry(name) {
+                Entry::Occupied(e) => {
+                    let key = if i < listed {
+                        format!("special_tokens[{i}].token_str")
+                    } else {
+                        "special_tokens".to_string()
+                    };
+                    return Err(
+                        self.invalid(&key, format!("duplicate special token {:?}", e.key()))
+                    );
+                }
+                Entry::Vacant(e) => {
+                    e.insert(rank);
+                }
+            }
+        }
+        Ok(specials)
+    }
+
+    fn load_vocab(
+        &self,
+        root: &Map<String, Value>,
+        inner_vocab: usize,
+    ) -> Result<HashMap<Vec<u8>, u32>, TokenizerError> {
+        let vocab = self.field(root, "", "vocab")?;
+        let vocab = vocab.as_array().ok_or_else(|| {
+            self.invalid("vocab", format!("expected an array, found {}", kind(vocab)))
+        })?;
+        if vocab.len() < inner_vocab {
+            return Err(self.invalid(
+                "vocab",
+                format!(
+                    "{} entries, but config.default_vocab_size - config.default_num_special_tokens \
+                     = {inner_vocab} are needed",
+                    vocab.len()
+                ),
+            ));
+        }
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let mut ranks: HashMap<Vec<u8>, u32> = HashMap::with_capacity(inner_vocab);
+        // Entries past `inner_vocab` are unused (mistral-common cuts them off unread).
+        for (i, entry) in vocab[..inner_vocab].iter().enumerate() {
+            let key = format!("vocab[{i}]");
+            let obj = self.object(entry, &key)?;
+            let rank = self.usize_field(obj, &key, "rank")?;
+            if rank != i {
+                return Err(self.invalid(
+                    &format!("{key}.rank"),
+                    format!("rank {rank} at position {i}: vocab must be sorted by rank, from 0"),
+                ));
+            }
+            let b64_str = self.str_field(obj, &key, "token_bytes")?;
+            let bytes = b64.decode(b64_str).map_err(|e| {
+                self.invalid(&format!("{key}.token_bytes"), format!("bad base64: {e}"))
+            })?;
+            if i < 256 && bytes != [i as u8] {
+                return Err(self.invalid(
+                    &format!("{key}.token_bytes"),
+                    format!("rank {i} must be the single byte 0x{i:02x}, found {bytes:02x?}"),
+                ));
+            }
+            match ranks.entry(bytes) {
+                Entry::Occupied(e) => {
+                    return Err(self.invalid(
+                        &format!("{key}.token_bytes"),
+                        format!("same bytes as rank {}", e.get()),
+                    ));
+                }
+                Entry::Vacant(e) => {
+                    e.insert(i as u32);
+                }
+            }
+        }
+        Ok(ranks)
+    }
+
+    fn load_voices(
+        &self,
+        root: &Map<String, Value>,
+    ) -> Result<BTreeMap<String, usize>, TokenizerError> {
+        let mut voices = BTreeMap::new();
+        let audio = match root.get("audio") {
+            None | Some(Value::Null) => return Ok(voices),
+            Some(a) => self.object(a, "audio")?,
+        };
+        let map = match audio.get("voice_num_audio_tokens") {
+            None | Some(Value::Null) => return Ok(voices),
+            Some(m) => self.object(m, "audio.voice_num_audio_tokens")?,
+        };
+        for (name, n) in map {
+            let key = format!("audio.voice_num_audio_tokens.{name}");
+            let n = self.uint(n, &key)?;
+            let n = usize::try_from(n).map_err(|_| self.invalid(&key, "value too large"))?;
+            voices.insert(name.clone(), n);
+        }
+        Ok(voices)
+    }
+}
+
+fn join_key(parent: &str, name: &str) -> String {
+    if parent.is_empty() {
+        name.to_string()
+    } else {
+        format!("{parent}.{name}")
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Test-file generator
+// ---------------------------------------------------------------------------------------
+
+/// Names at fixed ranks in the generated file, as in the Voxtral-4B-TTS `tekken.json`:
+/// ranks 0..=19 are mistral-common's deprecated defaults, then the audio tokens.
+/// `[TRANSCRIBE]` (34) is needed by mistral-common's `MistralTokenizer.from_file` for any
+/// v7 file with an `audio` section (`InstructTokenizerV7` looks it up); its rank is the
+/// one of mistral-common's audio test tokenizers. `[OUTPUT_AUDIO]` (26) is not in
+/// mistral-common's `SpecialTokens`; it is what other Voxtral-TTS ports read from the real
+/// file. The prompt uses 1, 24, 25, 35 and 36, looked up by name.
+const TEST_SPECIAL_TOKENS: [(usize, &str); 6] = [
+    (24, "[AUDIO]"),
+    (25, "[BEGIN_AUDIO]"),
+    (26, "[OUTPUT_AUDIO]"),
+    (34, "[TRANSCRIBE]"),
+    (35, "[REPEAT_AUDIO_TEXT]"),
+    (36, "[NEXT_AUDIO_TEXT]"),
+];
+
+/// Built-in training text (English and French) for the generator's merges.
+const TRAINING_TEXT: &str = "\
+The quick brown fox jumps over the lazy dog. Hello, world! How are you today? \
+I would like a cup of tea, please, and a slice of lemon cake. The weather is lovely this \
+morning: the sun is shining and the birds are singing in the garden. We will meet at the \
+station at 10:30, then walk to the museum together. Reading books is one of my favourite \
+things; I read every evening before going to sleep. Please speak slowly and clearly, so \
+that everyone in the room can hear the voice. This is a test of the text to speech \
+system, with numbers like 2024, 3.14 and 1,000,000, and punctuation (brackets), \
+\"quotes\", 'apostrophes' - dashes... and more!\n\
+Bonjour tout le monde ! Comment allez-vous aujourd'hui ? Je voudrais un café au lait et \
+un croissant, s'il vous plaît. Il fait très beau ce matin : le soleil brille et les \
+oiseaux chantent dans le jardin. Nous nous retrouverons à la gare à dix heures et demie, \
+puis nous irons ensemble au musée. La lecture est l'une de mes activités préférées ; je \
+lis chaque soir avant de m'endormir. Parlez lentement et clairement, pour que tout le \
+monde puisse entendre la voix. Ceci est un essai du système de synthèse vocale, avec des \
+nombres comme 2024, 3,14 et 1 000 000, des accents (é, è, ê, à, ç, ô, û) et de la \
+ponctuation « entre guillemets ».\n\
+Tab\tand\nnewline handling.  Two  spaces,   three   spaces.\n\n\
+Paris is a beautiful city! Where is the nearest bakery? What time is it? \
+Où est la boulangerie la plus proche ? Quelle heure est-il ? Merci beaucoup, au revoir.\n";
+
+#[derive(serde::Serialize)]
+struct GenConfig<'a> {
+    pattern: &'a str,
+    num_vocab_tokens: usize,
+    default_vocab_size: usize,
+    default_num_special_tokens: usize,
+    version: &'a str,
+}
+
+#[derive(serde::Serialize)]
+struct GenVocabEntry {
+    rank: usize,
+    token_bytes: String,
+    token_str: Option<String>,
+}
+
+#[derive(serde::Serialize)]
+struct GenSpecialEntry {
+    rank: usize,
+    token_str: String,
+    is_control: bool,
+}
+
+#[derive(serde::Serialize)]
+struct GenEncodingConfig {
+    num_mel_bins: usize,
+    hop_length: usize,
+    window_size: usize,
+}
+
+#[derive(serde::Serialize)]
+struct GenAudio<'a> {
+    sampling_rate: u32,
+    frame_rate: f64,
+    audio_encoding_config: GenEncodingConfig,
+    chunk_length_s: Option<f64>,
+    voice_num_audio_tokens: &'a BTreeMap<String, usize>,
+}
+
+#[derive(serde::Serialize)]
+struct GenFile<'a> {
+    config: GenConfig<'a>,
+    vocab: Vec<GenVocabEntry>,
+    special_tokens: Vec<GenSpecialEntry>,
+    audio: GenAudio<'a>,
+}
+
+/// Learns `num_merges` merged tokens (byte strings, in rank order after the 256 bytes):
+/// greedy BPE on the pre-split [`TRAINING_TEXT`] (most frequent adjacent pair first, ties
+/// broken by the smaller byte strings); once the text is fully merged, further tokens are
+/// concatenations of two existing tokens drawn with a fixed-seed ChaCha8 generator.
+fn learn_merges(num_merges: usize) -> Vec<Vec<u8>> {
+    use rand::{Rng as _, SeedableRng as _};
+
+    let re = fancy_regex::Regex::new(TEKKEN_PATTERN).expect("TEKKEN_PATTERN compiles");
+    // Distinct pieces with their counts; each piece as a list of token byte strings.
+    let mut counts: BTreeMap<&[u8], u64> = BTreeMap::new();
+    for m in re.find_iter(TRAINING_TEXT).flatten() {
+        *counts.entry(m.as_str().as_bytes()).or_default() += 1;
+    }
+    let mut words: Vec<(Vec<Vec<u8>>, u64)> = counts
+        .into_iter()
+        .map(|(w, c)| (w.iter().map(|&b| vec![b]).collect(), c))
+        .collect();
+
+    let mut known: std::collections::HashSet<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+    let mut merges: Vec<Vec<u8>> = Vec::with_capacity(num_merges);
+    while merges.len() < num_merges {
+        let mut pairs: BTreeMap<(&[u8], &[u8]), u64> = BTreeMap::new();
+        for (parts, c) in &words {
+            for w in parts.windows(2) {
+                *pairs.entry((&w[0], &w[1])).or_default() += c;
+            }
+        }
+        // Highest count; among equal counts the first in (left, right) byte order.
+        let mut best: Option<(Vec<u8>, Vec<u8>)> = None;
+        let mut best_count = 0;
+        for ((left, right), c) in pairs {
+            if c > best_count && !known.contains(&[left, right].concat()) {
+                best = Some((left.to_vec(), right.to_vec()));
+                best_count = c;
+            }
+        }
+        let Some((left, right)) = best else {
+            break;
+        };
+        let merged = [left.as_slice(), right.as_slice()].concat();
+        for (parts, _) in &mut words {
+            let mut i = 0;
+            while i + 1 < parts.len() {
+                if parts[i] == left && parts[i + 1] == right {
+                    parts[i] = merged.clone();
+                    parts.remove(i + 1);
+                }
+                i += 1;
+            }
+        }
+        known.insert(merged.clone());
+        merges.push(merged);
+    }
+
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x7e6b_6b65_6e00_0001);
+    let mut pool: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+    pool.extend(merges.iter().cloned());
+    while merges.len() < num_merges {
+        let a = &pool[rng.random_range(0..pool.len())];
+        let b = &pool[rng.random_range(0..pool.len())];
+        let merged = [a.as_slice(), b.as_slice()].concat();
+        if merged.len() <= 24 && known.insert(merged.clone()) {
+            pool.push(merged.clone());
+            merges.push(merged);
+        }
+    }
+    merges
+}
+
+/// Writes a small but valid `tekken.json` (version "v7") that mistral-common's
+/// `Tekkenizer.from_file` and `MistralTokenizer.from_file` load (the latter needs the file
+/// name to contain "tekken"): 1000 special tokens (`<unk>`, `<s>`=1, `</s>`=2, ...,
+/// `[TOOL_CONTENT]`=19, `[AUDIO]`=24, `[BEGIN_AUDIO]`=25, `[OUTPUT_AUDIO]`=26,
+/// `[TRANSCRIBE]`=34, `[REPEAT_AUDIO_TEXT]`=35, `[NEXT_AUDIO_TEXT]`=36, all others
+/// `<SPECIAL_N>`), the 256
+/// byte tokens plus `num_merges` merged tokens (deterministic, see [`learn_merges`]), the
+/// real Tekken pattern, `default_vocab_size = 1000 + 256 + num_merges`, and
+/// `audio.voice_num_audio_tokens = voices` (24 kHz, 12.5 Hz frames). The output is the same
+/// for the same arguments.
 pub fn write_test_tekken(
     path: &Path,
     num_merges: usize,
     voices: &BTreeMap<String, usize>,
 ) -> std::io::Result<()> {
-    let names: HashMap<u32, &str> = [
-        (0, "<unk>"),
-        (1, "<s>"),
-        (2, "</s>"),
-        (24, "[AUDIO]"),
-        (25, "[BEGIN_AUDIO]"),
-        (35, "[REPEAT_AUDIO_TEXT]"),
-        (36, "[NEXT_AUDIO_TEXT]"),
-    ]
-    .into_iter()
-    .collect();
-    let specials: Vec<_> = (0..1000u32).map(|r| serde_json::json!({"rank": r, "token_str": names.get(&r).map(|s| s.to_string()).unwrap_or(format!("<SPECIAL_{r}>")), "is_control": true})).collect();
-    let mut toks: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
-    let alpha = b"etaoinshrdlu cmfwypvbgkjqxz";
-    'outer: for a in alpha {
-        for b in alpha {
-            if toks.len() >= 256 + num_merges {
-                break 'outer;
+    const NUM_SPECIAL: usize = 1000;
+    let b64 = base64::engine::general_purpose::STANDARD;
+
+    let mut tokens: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+    tokens.extend(learn_merges(num_merges));
+    let vocab: Vec<GenVocabEntry> = tokens
+        .iter()
+        .enumerate()
+        .map(|(rank, bytes)| GenVocabEntry {
+            rank,
+            token_bytes: b64.encode(bytes),
+            token_str: std::str::from_utf8(bytes).ok().map(str::to_string),
+        })
+        .collect();
+
+    let mut names: Vec<String> = (0..NUM_SPECIAL).map(|i| format!("<SPECIAL_{i}>")).collect();
+    for (rank, name) in DEPRECATED_SPECIAL_TOKENS.iter().enumerate() {
+        names[rank] = name.to_string();
+    }
+    for (rank, name) in TEST_SPECIAL_TOKENS {
+        names[rank] = name.to_string();
+    }
+    let special_tokens = names
+        .into_iter()
+        .enumerate()
+        .map(|(rank, token_str)| GenSpecialEntry {
+            rank,
+            token_str,
+            is_control: true,
+        })
+        .collect();
+
+    let file = GenFile {
+        config: GenConfig {
+            pattern: TEKKEN_PATTERN,
+            num_vocab_tokens: tokens.len(),
+            default_vocab_size: NUM_SPECIAL + tokens.len(),
+            default_num_special_tokens: NUM_SPECIAL,
+            version: "v7",
+        },
+        vocab,
+        special_tokens,
+        audio: GenAudio {
+            sampling_rate: 24000,
+            frame_rate: 12.5,
+            audio_encoding_config: GenEncodingConfig {
+                num_mel_bins: 128,
+                hop_length: 160,
+                window_size: 400,
+            },
+            chunk_length_s: None,
+            voice_num_audio_tokens: voices,
+        },
+    };
+    let json = serde_json::to_vec_pretty(&file).map_err(std::io::Error::other)?;
+    std::fs::write(path, json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng as _, SeedableRng as _};
+    use std::path::PathBuf;
+    use std::sync::OnceLock;
+
+    fn manifest_path(rel: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+    }
+
+    /// mistral-common 1.13.1's `data/tekken_240911.json` (131072 ids); required, not skipped.
+    fn reference() -> &'static Tekken {
+        static REF: OnceLock<Tekken> = OnceLock::new();
+        REF.get_or_init(|| {
+            let path = std::env::var_os("VOXTRAL_TEKKEN_REF")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| manifest_path(".deps/ref/tekken_240911.json"));
+            Tekken::from_file(&path).unwrap_or_else(|e| {
+                panic!(
+                    "the reference vocabulary is required: set VOXTRAL_TEKKEN_REF or put \
+                     mistral_common/data/tekken_240911.json (wheel mistral-common==1.13.1) at \
+                     .deps/ref/tekken_240911.json: {e}"
+                )
+            })
+        })
+    }
+
+    fn voices() -> BTreeMap<String, usize> {
+        [("casual_male", 147), ("neutral_female", 67)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+    }
+
+    fn generated(num_merges: usize) -> (tempfile::TempDir, PathBuf, Tekken) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tekken.json");
+        write_test_tekken(&path, num_merges, &voices()).unwrap();
+        let tok = Tekken::from_file(&path).unwrap();
+        (dir, path, tok)
+    }
+
+    /// id -> bytes table for checking that encodings round-trip.
+    fn id_bytes(tok: &Tekken) -> Vec<Vec<u8>> {
+        let mut table = vec![Vec::new(); tok.ranks.len()];
+        for (bytes, &rank) in &tok.ranks {
+            table[rank as usize] = bytes.clone();
+        }
+        table
+    }
+
+    fn decode(tok: &Tekken, table: &[Vec<u8>], ids: &[u32]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for &id in ids {
+            let id = id as usize;
+            assert!(
+                id >= tok.num_special_tokens() && id < tok.vocab_size(),
+                "id {id} out of range"
+            );
+            out.extend_from_slice(&table[id - tok.num_special_tokens()]);
+        }
+        out
+    }
+
+    #[derive(serde::Deserialize)]
+    struct Golden {
+        cases: Vec<GoldenCase>,
+    }
+
+    #[derive(serde::Deserialize)]
+    struct GoldenCase {
+        text: String,
+        ids: Vec<u32>,
+    }
+
+    fn check_golden(tok: &Tekken, rel: &str) {
+        let path = manifest_path(rel);
+        let json =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let golden: Golden = serde_json::from_str(&json).unwrap();
+        assert!(golden.cases.len() >= 100, "{rel}: too few cases");
+        let mut failures = Vec::new();
+        for case in &golden.cases {
+            let got = tok.encode(&case.text);
+            if got != case.ids {
+                failures.push(format!(
+                    "{:?}: expected {:?}, got {:?}",
+                    case.text.chars().take(60).collect::<String>(),
+                    case.ids,
+                    got
+                ));
             }
-            toks.push(vec![*a, *b]);
+        }
+        assert!(
+            failures.is_empty(),
+            "{rel}: {} of {} cases differ from mistral-common:\n{}",
+            failures.len(),
+            golden.cases.len(),
+            failures.join("\n")
+        );
+    }
+
+    #[test]
+    fn reference_vocab_spec_vectors() {
+        let tok = reference();
+        assert_eq!(tok.encode("Hello."), vec![22177, 1046]);
+        assert_eq!(
+            tok.encode("Tab\tand\nnewline handling."),
+            vec![16256, 1009, 1421, 1010, 3080, 2839, 21490, 1046]
+        );
+        assert_eq!(
+            tok.encode("Paris is a beautiful city!"),
+            vec![42572, 1395, 1261, 15568, 5970, 1033]
+        );
+        assert_eq!(tok.encode(""), Vec::<u32>::new());
+        assert_eq!(tok.vocab_size(), 131072);
+        assert_eq!(tok.num_special_tokens(), 1000);
+        // This v3 file has no `special_tokens`: mistral-common's defaults apply.
+        assert_eq!(tok.special_id("<s>"), Some(1));
+        assert_eq!(tok.special_id("[TOOL_CONTENT]"), Some(19));
+        assert_eq!(tok.special_id("<SPECIAL_24>"), Some(24));
+        assert_eq!(tok.special_id("[AUDIO]"), None);
+        assert!(tok.voice_num_audio_tokens().is_empty());
+    }
+
+    #[test]
+    fn reference_vocab_matches_mistral_common_golden() {
+        check_golden(reference(), "tests/data/tekken_240911_cases.json");
+    }
+
+    #[test]
+    fn generated_file_matches_mistral_common_golden() {
+        let (_dir, _path, tok) = generated(500);
+        check_golden(&tok, "tests/data/tekken_test_gen500_cases.json");
+    }
+
+    #[test]
+    fn generated_file_layout() {
+        for num_merges in [0, 1, 300, 3000] {
+            let (_dir, path, tok) = generated(num_merges);
+            assert_eq!(tok.vocab_size(), 1000 + 256 + num_merges);
+            assert_eq!(tok.num_special_tokens(), 1000);
+            assert_eq!(tok.voice_num_audio_tokens(), &voices());
+            for (name, id) in [
+                ("<unk>", 0),
+                ("<s>", 1),
+                ("</s>", 2),
+                ("[INST]", 3),
+                ("<pad>", 11),
+                ("[TOOL_CONTENT]", 19),
+                ("<SPECIAL_20>", 20),
+                ("[AUDIO]", 24),
+                ("[BEGIN_AUDIO]", 25),
+                ("[OUTPUT_AUDIO]", 26),
+                ("<SPECIAL_33>", 33),
+                ("[TRANSCRIBE]", 34),
+                ("[REPEAT_AUDIO_TEXT]", 35),
+                ("[NEXT_AUDIO_TEXT]", 36),
+                ("<SPECIAL_999>", 999),
+            ] {
+                assert_eq!(tok.special_id(name), Some(id), "{name}");
+            }
+            assert_eq!(tok.special_id("<SPECIAL_1000>"), None);
+            let doc: Value =
+                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            assert_eq!(doc["config"]["version"], "v7");
+            assert_eq!(doc["config"]["pattern"], TEKKEN_PATTERN);
+            assert_eq!(doc["vocab"].as_array().unwrap().len(), 256 + num_merges);
+            assert_eq!(doc["special_tokens"].as_array().unwrap().len(), 1000);
+            // The TTS prompt of the spec, built from ids looked up by name.
+            let mut prompt = vec![
+                tok.special_id("<s>").unwrap(),
+                tok.special_id("[BEGIN_AUDIO]").unwrap(),
+            ];
+            prompt.extend(std::iter::repeat_n(tok.special_id("[AUDIO]").unwrap(), 3));
+            prompt.push(tok.special_id("[NEXT_AUDIO_TEXT]").unwrap());
+            prompt.push(tok.special_id("[REPEAT_AUDIO_TEXT]").unwrap());
+            assert_eq!(prompt, vec![1, 25, 24, 24, 24, 36, 35]);
         }
     }
-    'outer2: for a in alpha {
-        for b in alpha {
-            for c in alpha {
-                if toks.len() >= 256 + num_merges {
-                    break 'outer2;
-                }
-                toks.push(vec![*a, *b, *c]);
+
+    #[test]
+    fn generator_is_deterministic_and_learns_merges() {
+        let (_d1, p1, tok) = generated(400);
+        let (_d2, p2, _) = generated(400);
+        assert_eq!(std::fs::read(p1).unwrap(), std::fs::read(p2).unwrap());
+        // Learned merges compress the training text well below one token per byte.
+        let ids = tok.encode(TRAINING_TEXT);
+        assert!(ids.len() * 2 < TRAINING_TEXT.len(), "{} ids", ids.len());
+        assert_eq!(
+            decode(&tok, &id_bytes(&tok), &ids),
+            TRAINING_TEXT.as_bytes()
+        );
+    }
+
+    #[test]
+    fn heap_merge_equals_scan_merge() {
+        let (_dir, _path, small) = generated(2000);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let alphabet: Vec<char> = "aeiouéèntrslABCDE  xyz中文字😀\u{301}.,!0123"
+            .chars()
+            .collect();
+        for tok in [reference(), &small] {
+            for _ in 0..300 {
+                let len = rng.random_range(2..260);
+                let s: String = (0..len)
+                    .map(|_| alphabet[rng.random_range(0..alphabet.len())])
+                    .collect();
+                let bytes = s.as_bytes();
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                tok.merge_small(bytes, 0, &mut a);
+                tok.merge_large(bytes, 0, &mut b);
+                assert_eq!(a, b, "{s:?}");
             }
         }
     }
-    let vocab: Vec<_> = toks.iter().enumerate().map(|(r, t)| serde_json::json!({"rank": r, "token_bytes": base64::engine::general_purpose::STANDARD.encode(t), "token_str": String::from_utf8_lossy(t)})).collect();
-    let j = serde_json::json!({"config": {"pattern": r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+", "num_vocab_tokens": toks.len(), "default_vocab_size": 1256 + num_merges, "default_num_special_tokens": 1000, "version": "v7"}, "vocab": vocab, "special_tokens": specials, "audio": {"voice_num_audio_tokens": voices}});
-    std::fs::write(path, serde_json::to_string(&j).unwrap())
+
+    fn hostile_inputs() -> Vec<String> {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let mut random_text = String::new();
+        while random_text.chars().count() < 100_000 {
+            // Any Unicode scalar value, biased towards the common planes.
+            let c = match rng.random_range(0..4) {
+                0 => rng.random_range(0..0x80),
+                1 => rng.random_range(0x80..0x3000),
+                2 => rng.random_range(0x3000..0x11_0000),
+                _ => *[0x20, 0x0a, 0x0d, 0x09, 0x00, 0x200f, 0x202e]
+                    .get(rng.random_range(0..7))
+                    .unwrap(),
+            };
+            if let Some(c) = char::from_u32(c) {
+                random_text.push(c);
+            }
+        }
+        vec![
+            "\0".to_string(),
+            "a\0b\0\0".to_string(),
+            "👨‍👩‍👧‍👦🇫🇷👍🏽".repeat(50),
+            "\u{202e}مرحبا بالعالم\u{200f} שלום".to_string(),
+            "中文字日本語한국어".repeat(100),
+            "\u{301}\u{301}x\u{feff}\u{2028}".to_string(),
+            random_text,
+            "word ".repeat(20_000),
+        ]
+    }
+
+    #[test]
+    fn never_panics_and_round_trips() {
+        let (_dir, _path, small) = generated(1000);
+        for tok in [reference(), &small] {
+            let table = id_bytes(tok);
+            for text in hostile_inputs() {
+                let ids = tok.encode(&text);
+                assert_eq!(decode(tok, &table, &ids), text.as_bytes());
+            }
+        }
+    }
+
+    #[test]
+    fn regex_error_falls_back_without_panicking() {
+        let (_dir, _path, tok) = generated(300);
+        let table = id_bytes(&tok);
+        let n = 1_100_000;
+        for text in [
+            " ".repeat(n),
+            "a".repeat(n),
+            format!("Hello {}world.", " ".repeat(n)),
+            format!("{}b and more text", "A".repeat(n)),
+        ] {
+            // The plain search does fail on these inputs, so the fallback is exercised.
+            assert!(tok.pattern.find_from_pos(&text, 0).is_err() || text.starts_with("Hello"));
+            let ids = tok.encode(&text);
+            assert_eq!(decode(&tok, &table, &ids), text.as_bytes());
+        }
+        // Pieces before and after an over-long run are split normally; the run itself is
+        // cut into pieces of at most FALLBACK_WINDOW_BYTES.
+        let text = format!("Hello. {}Tab\tand", "x".repeat(n));
+        let mut pieces: Vec<&[u8]> = Vec::new();
+        tok.for_each_piece(&text, |p| pieces.push(p));
+        assert_eq!(&pieces[..2], &[&b"Hello"[..], b"."]);
+        assert_eq!(&pieces[pieces.len() - 2..], &[&b"Tab"[..], b"\tand"]);
+        assert!(pieces.iter().all(|p| p.len() <= FALLBACK_WINDOW_BYTES));
+        assert!(pieces.len() > n / FALLBACK_WINDOW_BYTES);
+        assert_eq!(pieces.concat(), text.as_bytes());
+        let ids = tok.encode(&text);
+        let head = tok.encode("Hello.");
+        assert_eq!(&ids[..head.len()], &head[..]);
+        assert!(ids.ends_with(&tok.encode("\tand")));
+    }
+
+    fn load_err(json: &str) -> String {
+        match Tekken::from_json_str(json, "/models/x/tekken.json") {
+            Ok(_) => panic!("loaded: {json}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// A valid document (generated, 0 merges) with `edit` applied.
+    fn edited(edit: impl FnOnce(&mut Value)) -> String {
+        let (_dir, path, _) = generated(0);
+        let mut doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        edit(&mut doc);
+        doc.to_string()
+    }
+
+    #[test]
+    fn errors_name_file_and_key() {
+        let cases: Vec<(String, &str)> = vec![
+            ("{not json".to_string(), "not valid JSON"),
+            ("[]".to_string(), "(root)"),
+            (
+                edited(|d| {
+                    d.as_object_mut().unwrap().remove("config");
+                }),
+                "`config`",
+            ),
+            (
+                edited(|d| d["config"]["pattern"] = Value::from(3)),
+                "config.pattern",
+            ),
+            (
+                edited(|d| d["config"]["pattern"] = Value::from("(unclosed")),
+                "config.pattern",
+            ),
+            (
+                edited(|d| {
+                    d["config"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("default_vocab_size");
+                }),
+                "config.default_vocab_size",
+            ),
+            (
+                edited(|d| d["config"]["default_vocab_size"] = Value::from(1100)),
+                "config.default_vocab_size",
+            ),
+            (
+                edited(|d| d["config"]["default_vocab_size"] = Value::from(1300)),
+                "`vocab`",
+            ),
+            (
+                edited(|d| d["config"]["default_num_special_tokens"] = Value::from(-1)),
+                "config.default_num_special_tokens",
+            ),
+            (
+                edited(|d| d["config"]["version"] = Value::from("seven")),
+                "config.version",
+            ),
+            (
+                edited(|d| {
+                    d.as_object_mut().unwrap().remove("vocab");
+                }),
+                "`vocab`",
+            ),
+            (
+                edited(|d| d["vocab"][7]["rank"] = Value::from(8)),
+                "vocab[7].rank",
+            ),
+            (
+                edited(|d| d["vocab"][200]["token_bytes"] = Value::from("!!")),
+                "vocab[200].token_bytes",
+            ),
+            (
+                edited(|d| d["vocab"][65]["token_bytes"] = Value::from("Qg==")),
+                "vocab[65].token_bytes",
+            ),
+            (
+                edited(|d| {
+                    d["vocab"][9].as_object_mut().unwrap().remove("token_bytes");
+                }),
+                "vocab[9].token_bytes",
+            ),
+            (
+                edited(|d| d["special_tokens"][5]["token_str"] = Value::from("<s>")),
+                "special_tokens[5].token_str",
+            ),
+            (
+                edited(|d| d["special_tokens"][5]["rank"] = Value::from(1000)),
+                "special_tokens[5].rank",
+            ),
+            (
+                edited(|d| d["special_tokens"][5] = Value::from(5)),
+                "special_tokens[5]",
+            ),
+            (
+                edited(|d| d["special_tokens"] = Value::from("x")),
+                "special_tokens",
+            ),
+            (
+                edited(|d| {
+                    d.as_object_mut().unwrap().remove("special_tokens");
+                    d["config"]["version"] = Value::from("v11");
+                }),
+                "`special_tokens`",
+            ),
+            (
+                edited(|d| d["audio"]["voice_num_audio_tokens"]["casual_male"] = Value::from(-3)),
+                "audio.voice_num_audio_tokens.casual_male",
+            ),
+            (
+                edited(|d| d["audio"]["voice_num_audio_tokens"] = Value::from(1)),
+                "audio.voice_num_audio_tokens",
+            ),
+        ];
+        for (json, key) in cases {
+            let msg = load_err(&json);
+            assert!(msg.starts_with("/models/x/tekken.json: "), "{msg}");
+            assert!(msg.contains(key), "expected {key:?} in {msg:?}");
+        }
+        let missing = Path::new("/nonexistent/dir/tekken.json");
+        let msg = Tekken::from_file(missing).unwrap_err().to_string();
+        assert!(msg.starts_with("/nonexistent/dir/tekken.json: "), "{msg}");
+    }
+
+    #[test]
+    fn optional_parts_may_be_absent() {
+        // No `audio`, no `special_tokens` (v7 and below use the deprecated defaults), extra
+        // keys ignored, unused vocab entries past the vocab size not even read.
+        let json = edited(|d| {
+            let obj = d.as_object_mut().unwrap();
+            obj.remove("audio");
+            obj.remove("special_tokens");
+            obj.insert("image".into(), serde_json::json!({"image_patch_size": 16}));
+            d["vocab"]
+                .as_array_mut()
+                .unwrap()
+                .push(Value::from("unused"));
+        });
+        let tok = Tekken::from_json_str(&json, "x").unwrap();
+        assert!(tok.voice_num_audio_tokens().is_empty());
+        assert_eq!(tok.special_id("<s>"), Some(1));
+        assert_eq!(tok.special_id("<SPECIAL_20>"), Some(20));
+        assert_eq!(tok.encode("ab"), vec![1000 + 97, 1000 + 98]);
+    }
+
+    /// `cargo test --release -- --ignored --nocapture encode_speed`
+    #[test]
+    #[ignore]
+    fn encode_speed() {
+        let tok = reference();
+        let base = "Bonjour tout le monde ! The quick brown fox, 3.14 😀 中文 — ";
+        let text: String = base.chars().cycle().take(4096).collect();
+        let start = std::time::Instant::now();
+        let rounds = 200;
+        let mut n = 0;
+        for _ in 0..rounds {
+            n += tok.encode(std::hint::black_box(&text)).len();
+        }
+        let per = start.elapsed() / rounds;
+        println!(
+            "4096 chars -> {} ids: {per:?} per encode",
+            n / rounds as usize
+        );
+    }
 }

@@ -1,0 +1,23 @@
+# The two README commands: `make serve MODEL=DIR` and `make test`.
+SHELL := /bin/bash
+ENV := eval "$$(scripts/setup.sh --env)" &&
+
+.PHONY: setup build test lint bench test-model
+
+setup:
+	@scripts/setup.sh
+
+build:
+	$(ENV) cargo build --release
+
+test:
+	$(ENV) cargo test --all-targets
+
+lint:
+	$(ENV) cargo fmt --all -- --check && cargo clippy --all-targets -- -D warnings
+
+bench:
+	$(ENV) cargo run --release -- bench --preset tiny
+
+test-model:
+	$(ENV) cargo run --release -- make-test-model --out target/test-models/tiny --preset tiny

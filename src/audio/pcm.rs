@@ -1,0 +1,24 @@
+//! `pcm`: raw signed 16-bit little-endian mono at 24 kHz, no header (OpenAI's definition).
+
+use super::{to_i16, AudioError, FormatEncoder};
+
+pub(crate) struct PcmEncoder;
+
+/// Appends `pcm` as s16le; shared with the WAV encoder, whose payload is the same.
+pub(crate) fn write_s16le(pcm: &[f32], out: &mut Vec<u8>) {
+    out.reserve(pcm.len() * 2);
+    for &x in pcm {
+        out.extend_from_slice(&to_i16(x).to_le_bytes());
+    }
+}
+
+impl FormatEncoder for PcmEncoder {
+    fn push(&mut self, pcm: &[f32], out: &mut Vec<u8>) -> Result<(), AudioError> {
+        write_s16le(pcm, out);
+        Ok(())
+    }
+
+    fn finish(&mut self, _out: &mut Vec<u8>) -> Result<(), AudioError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,128 @@
+//! `voxtral-tts bench`: per-frame CPU/GPU time of the engine, split into backbone, flow head
+//! and codec, on a model folder or on a random checkpoint made for the run.
+
+use super::synth::parse_dtype;
+use crate::device::DeviceChoice;
+use crate::model::{Noise, StageTimes, SynthesisRequest, Voxtral};
+use crate::tensor::tch_backend::TchTensor;
+use crate::tensor::DType;
+use crate::testmodel::{make_test_model, Preset};
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// Model folder; when absent, a random checkpoint of `--preset` is made under target/.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "tiny")]
+    preset: Preset,
+    /// Frames to time (over as many runs as it takes if a run stops early at END_AUDIO).
+    #[arg(long, default_value_t = 40)]
+    frames: usize,
+    #[arg(long, value_parser = parse_dtype, default_value = "bf16")]
+    dtype: DType,
+    #[arg(long, default_value = "auto")]
+    device: DeviceChoice,
+    /// libtorch intra-op threads (default: libtorch's choice).
+    #[arg(long)]
+    threads: Option<i32>,
+    #[arg(long, default_value = "The quick brown fox jumps over the lazy dog.")]
+    text: String,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    let _guard = tch::no_grad_guard();
+    if let Some(n) = args.threads {
+        tch::set_num_threads(n);
+    }
+    let dir = match &args.model {
+        Some(dir) => dir.clone(),
+        None => {
+            let dir =
+                PathBuf::from(format!("target/test-models/{:?}-0", args.preset).to_lowercase());
+            if !dir.join("consolidated.safetensors").exists() {
+                eprintln!(
+                    "making a random {:?} checkpoint in {}",
+                    args.preset,
+                    dir.display()
+                );
+                make_test_model(&dir, args.preset, 0)?;
+            }
+            dir
+        }
+    };
+    let device = args.device.resolve_tch().map_err(anyhow::Error::msg)?;
+    let started = Instant::now();
+    let model =
+        Voxtral::<TchTensor>::load(&dir, &device, args.dtype).context("loading the model")?;
+    let load = started.elapsed();
+    let voice = model.voices().next().context("no voices")?.to_string();
+
+    // Warm-up: first calls allocate and pick kernels.
+    let warm = SynthesisRequest {
+        text: args.text.clone(),
+        voice: voice.clone(),
+        max_frames: 2,
+        noise: Noise::Seeded {
+            seed: 0,
+            scale: 1.0,
+        },
+    };
+    model.start(&warm)?.finish()?;
+
+    let mut total = StageTimes::default();
+    let (mut frames, mut runs, mut prompt_len) = (0, 0, 0);
+    while frames < args.frames {
+        let request = SynthesisRequest {
+            text: args.text.clone(),
+            voice: voice.clone(),
+            max_frames: args.frames - frames,
+            noise: Noise::Seeded {
+                seed: runs as u64,
+                scale: 1.0,
+            },
+        };
+        let s = model.start(&request)?.finish()?;
+        prompt_len = s.prompt_ids.len();
+        frames += s.codes.len();
+        runs += 1;
+        total.prefill += s.times.prefill;
+        total.backbone += s.times.backbone;
+        total.flow_head += s.times.flow_head;
+        total.codec += s.times.codec;
+        anyhow::ensure!(
+            runs < 100 || frames > 0,
+            "the model stops at once on every seed"
+        );
+    }
+    let per = |d: Duration| ms(d) / frames as f64;
+    println!(
+        "model      {} ({}, {:?}, {} threads)",
+        dir.display(),
+        args.dtype,
+        device,
+        tch::get_num_threads()
+    );
+    println!("load       {:.0} ms", ms(load));
+    println!(
+        "prefill    {:.1} ms per run ({} prompt tokens, {runs} runs)",
+        ms(total.prefill) / runs as f64,
+        prompt_len
+    );
+    println!("backbone   {:.2} ms/frame", per(total.backbone));
+    println!("flow head  {:.2} ms/frame", per(total.flow_head));
+    println!("codec      {:.2} ms/frame", per(total.codec));
+    let step = per(total.backbone + total.flow_head + total.codec);
+    let frame_ms = model.samples_per_frame() as f64 * 1e3 / model.sample_rate() as f64;
+    println!(
+        "total      {step:.2} ms/frame over {frames} frames (real-time factor {:.3})",
+        step / frame_ms
+    );
+    Ok(())
+}

@@ -1,0 +1,493 @@
+//! End-to-end checks of every `response_format`: encode, then decode with the ffmpeg CLI.
+//!
+//! ffmpeg/ffprobe are required (Debian: `apt-get install -y ffmpeg`); without them the
+//! tests fail with a message saying so rather than passing silently.
+
+use std::path::Path;
+use std::process::Command;
+
+use voxtral_tts::audio::{
+    encode_audio, stream_encoder, time_stretch, AudioFormat, StreamEncoder, SAMPLE_RATE,
+};
+
+const SR: f64 = SAMPLE_RATE as f64;
+
+/// ~1.37 s: a 440 Hz tone plus a 200 Hz -> 4 kHz chirp. 32 880 samples is not a multiple
+/// of any codec frame (480, 576, 1024, 2048), so padding and trimming are exercised.
+fn test_signal() -> Vec<f32> {
+    let n = (1.37 * SR) as usize;
+    let dur = n as f64 / SR;
+    (0..n)
+        .map(|i| {
+            let t = i as f64 / SR;
+            let tone = 0.4 * (2.0 * std::f64::consts::PI * 440.0 * t).sin();
+            // Linear chirp: phase = 2π (f0 t + (f1 - f0) t² / (2 dur)).
+            let phase = 2.0 * std::f64::consts::PI * (200.0 * t + 3800.0 * t * t / (2.0 * dur));
+            (tone + 0.3 * phase.sin()) as f32
+        })
+        .collect()
+}
+
+fn sine(freq: f64, seconds: f64) -> Vec<f32> {
+    let n = (seconds * SR) as usize;
+    (0..n)
+        .map(|i| (0.5 * (2.0 * std::f64::consts::PI * freq * i as f64 / SR).sin()) as f32)
+        .collect()
+}
+
+/// Chunk sizes of the streaming test; the last entry takes the rest.
+const CHUNKS: [usize; 4] = [1000, 3841, 1, 7000];
+
+fn stream_in_chunks(format: AudioFormat, pcm: &[f32]) -> (Vec<u8>, Vec<Vec<u8>>) {
+    let mut enc: Box<dyn StreamEncoder> = stream_encoder(format).expect("stream_encoder");
+    let mut pieces = Vec::new();
+    let mut rest = pcm;
+    for &c in &CHUNKS {
+        let (head, tail) = rest.split_at(c.min(rest.len()));
+        pieces.push(enc.push(head).expect("push"));
+        rest = tail;
+    }
+    pieces.push(enc.push(rest).expect("push"));
+    pieces.push(enc.finish().expect("finish"));
+    (pieces.concat(), pieces)
+}
+
+fn require_ffmpeg() {
+    for tool in ["ffmpeg", "ffprobe"] {
+        let ok = Command::new(tool)
+            .arg("-version")
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        assert!(
+            ok,
+            "`{tool}` is required by the audio format tests but was not found on PATH \
+             (Debian/Ubuntu: apt-get install -y ffmpeg)"
+        );
+    }
+}
+
+struct Decoded {
+    sample_rate: u32,
+    channels: u32,
+    /// Decoded samples at `sample_rate`, mono s16.
+    samples: Vec<i16>,
+}
+
+impl Decoded {
+    /// Length in 24 kHz samples (opus decodes at 48 kHz).
+    fn len_24k(&self) -> f64 {
+        self.samples.len() as f64 * SR / f64::from(self.sample_rate)
+    }
+}
+
+/// Writes `bytes` to a temp file and decodes it with ffmpeg at its native rate.
+fn decode(format: AudioFormat, bytes: &[u8]) -> Decoded {
+    require_ffmpeg();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join(format!("clip.{}", format.extension()));
+    std::fs::write(&path, bytes).expect("write temp file");
+    // Raw PCM has no header: tell ffmpeg what it is, as a client would.
+    let raw_args: &[&str] = if format == AudioFormat::Pcm {
+        &["-f", "s16le", "-ar", "24000", "-ac", "1"]
+    } else {
+        &[]
+    };
+
+    let (sample_rate, channels) = if format == AudioFormat::Pcm {
+        (SAMPLE_RATE, 1)
+    } else {
+        probe(&path)
+    };
+
+    let out = Command::new("ffmpeg")
+        .args(["-nostdin", "-v", "error"])
+        .args(raw_args)
+        .arg("-i")
+        .arg(&path)
+        .args(["-f", "s16le", "-acodec", "pcm_s16le", "-"])
+        .output()
+        .expect("run ffmpeg");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{format}: ffmpeg failed ({}): {stderr}",
+        out.status
+    );
+    assert!(
+        stderr.trim().is_empty(),
+        "{format}: ffmpeg reported errors: {stderr}"
+    );
+    let samples = out
+        .stdout
+        .chunks_exact(2)
+        .map(|b| i16::from_le_bytes([b[0], b[1]]))
+        .collect();
+    Decoded {
+        sample_rate,
+        channels,
+        samples,
+    }
+}
+
+fn probe(path: &Path) -> (u32, u32) {
+    let out = Command::new("ffprobe")
+        .args(["-v", "error", "-select_streams", "a:0"])
+        .args([
+            "-show_entries",
+            "stream=sample_rate,channels",
+            "-of",
+            "csv=p=0",
+        ])
+        .arg(path)
+        .output()
+        .expect("run ffprobe");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "ffprobe failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut it = text.trim().split(',');
+    let sr = it.next().and_then(|s| s.trim().parse().ok());
+    let ch = it.next().and_then(|s| s.trim().parse().ok());
+    match (sr, ch) {
+        (Some(sr), Some(ch)) => (sr, ch),
+        _ => panic!("unexpected ffprobe output: {text:?}"),
+    }
+}
+
+fn to_i16(x: f32) -> i16 {
+    (x.clamp(-1.0, 1.0) * 32767.0).round() as i16
+}
+
+fn rms_f32(x: &[f32]) -> f64 {
+    (x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / x.len().max(1) as f64).sqrt()
+}
+
+/// Samples per codec frame at 24 kHz: the granularity of padding at the end.
+fn frame_len(format: AudioFormat) -> usize {
+    match format {
+        AudioFormat::Wav | AudioFormat::Pcm => 1,
+        AudioFormat::Flac => 2048,
+        AudioFormat::Opus => 480,
+        AudioFormat::Mp3 => 576, // MPEG-2 Layer III at 24 kHz
+        AudioFormat::Aac => 1024,
+    }
+}
+
+/// Leading priming (24 kHz samples) that decoders output because the container cannot
+/// say to drop it: ADTS has no field for it, and a stream cannot go back to fill in
+/// MP3's LAME tag. Ogg Opus (pre-skip + end granule) and one-shot MP3 (LAME Info tag)
+/// are trimmed exactly.
+fn expected_lag(format: AudioFormat, streaming: bool) -> usize {
+    match format {
+        AudioFormat::Mp3 if streaming => 576 + 529, // LAME encoder delay + decoder delay
+        AudioFormat::Aac => 2048,                   // fdk-aac AAC-LC nDelay
+        _ => 0,
+    }
+}
+
+/// Lag (0..=4096) at which `decoded` best matches the start of `pcm`.
+fn find_lag(pcm: &[f32], decoded: &[f32]) -> usize {
+    let n = pcm.len().min(8192);
+    let reference = &pcm[..n];
+    let mut best = (0, f64::MIN);
+    for lag in 0..=4096usize {
+        if lag + n > decoded.len() {
+            break;
+        }
+        let seg = &decoded[lag..lag + n];
+        let dot: f64 = seg
+            .iter()
+            .zip(reference)
+            .map(|(&a, &b)| f64::from(a) * f64::from(b))
+            .sum();
+        let energy: f64 = seg.iter().map(|&a| f64::from(a) * f64::from(a)).sum();
+        let score = dot / energy.sqrt().max(1e-9);
+        if score > best.1 {
+            best = (lag, score);
+        }
+    }
+    best.0
+}
+
+fn check_decoded(format: AudioFormat, pcm: &[f32], bytes: &[u8], streaming: bool) -> Decoded {
+    let mode = if streaming { "streamed" } else { "one-shot" };
+    let d = decode(format, bytes);
+    let expected_rate = if format == AudioFormat::Opus {
+        48_000
+    } else {
+        SAMPLE_RATE
+    };
+    assert_eq!(d.sample_rate, expected_rate, "{format}: sample rate");
+    assert_eq!(d.channels, 1, "{format}: channels");
+
+    // Compare at 24 kHz (opus: every other sample; its content is far below 12 kHz).
+    let step = (d.sample_rate / SAMPLE_RATE).max(1) as usize;
+    let decoded: Vec<f32> = d
+        .samples
+        .iter()
+        .step_by(step)
+        .map(|&v| f32::from(v) / 32767.0)
+        .collect();
+    let lag = find_lag(pcm, &decoded);
+    let want_lag = expected_lag(format, streaming);
+    let err = d.len_24k() - pcm.len() as f64;
+    let extra = err - lag as f64;
+    eprintln!(
+        "{format:>4} {mode}: decoded {} samples @ {} Hz; length error {err:+.0} samples @24k \
+         ({:+.2} ms) = priming {lag} + tail {extra:+.0}",
+        d.samples.len(),
+        d.sample_rate,
+        err / 24.0
+    );
+    assert!(
+        lag.abs_diff(want_lag) <= 2,
+        "{format} {mode}: audio starts at sample {lag}, expected {want_lag}"
+    );
+    // Nothing lost at the end, and at most one frame of padding after the last sample.
+    let frame = frame_len(format) as f64;
+    assert!(
+        (0.0..frame).contains(&extra) || (format == AudioFormat::Opus && extra.abs() < frame),
+        "{format} {mode}: {extra:+} samples after the input's end (frame {frame})"
+    );
+    if matches!(format, AudioFormat::Opus) || !streaming && format == AudioFormat::Mp3 {
+        assert_eq!(err, 0.0, "{format} {mode}: trimmed length must be exact");
+    }
+    // The audio itself must survive (not silence, not clipped garbage).
+    let aligned = &decoded[lag.min(decoded.len())..];
+    let aligned = &aligned[..pcm.len().min(aligned.len())];
+    let (r_in, r_out) = (rms_f32(pcm), rms_f32(aligned));
+    assert!(
+        (r_out / r_in - 1.0).abs() < 0.1,
+        "{format} {mode}: RMS {r_out:.3} after decoding vs {r_in:.3} before"
+    );
+    // The last 20 ms must be there too (a dropped tail would read as silence here).
+    let tail = pcm.len() - 480;
+    let (t_in, t_out) = (
+        rms_f32(&pcm[tail..]),
+        rms_f32(&aligned[tail.min(aligned.len())..]),
+    );
+    assert!(
+        (t_out / t_in - 1.0).abs() < 0.25,
+        "{format} {mode}: last 20 ms RMS {t_out:.3} vs {t_in:.3}: tail lost?"
+    );
+    d
+}
+
+fn check_format(format: AudioFormat) {
+    let pcm = test_signal();
+    let one_shot = encode_audio(format, &pcm).unwrap_or_else(|e| panic!("{format}: {e}"));
+    let a = check_decoded(format, &pcm, &one_shot, false);
+
+    let (streamed, pieces) = stream_in_chunks(format, &pcm);
+    let b = check_decoded(format, &pcm, &streamed, true);
+
+    match format {
+        AudioFormat::Wav | AudioFormat::Pcm | AudioFormat::Flac => {
+            // Lossless: both paths give back exactly the quantised input.
+            let expect: Vec<i16> = pcm.iter().map(|&x| to_i16(x)).collect();
+            assert!(
+                a.samples == expect,
+                "{format}: one-shot samples differ from input"
+            );
+            assert!(
+                b.samples == expect,
+                "{format}: streamed samples differ from input"
+            );
+        }
+        AudioFormat::Opus => {
+            // Every non-empty push result is a run of whole Ogg pages.
+            for p in pieces.iter().filter(|p| !p.is_empty()) {
+                assert_eq!(&p[..4], b"OggS", "opus: push output must start on a page");
+            }
+        }
+        AudioFormat::Mp3 | AudioFormat::Aac => {}
+    }
+    match format {
+        AudioFormat::Wav => {
+            assert_eq!(
+                &streamed[40..44],
+                &[0xFF; 4],
+                "streamed wav: data size unknown"
+            );
+            let n = (2 * pcm.len()) as u32;
+            assert_eq!(
+                &one_shot[40..44],
+                &n.to_le_bytes(),
+                "one-shot wav: data size"
+            );
+            assert_eq!(
+                &one_shot[4..8],
+                &(n + 36).to_le_bytes(),
+                "one-shot wav: RIFF size"
+            );
+            assert_eq!(&streamed[44..], &one_shot[44..]);
+        }
+        AudioFormat::Pcm => assert_eq!(streamed, one_shot),
+        _ => {}
+    }
+}
+
+#[test]
+fn wav_roundtrip() {
+    check_format(AudioFormat::Wav);
+}
+
+#[test]
+fn pcm_roundtrip() {
+    check_format(AudioFormat::Pcm);
+}
+
+#[test]
+fn flac_roundtrip() {
+    check_format(AudioFormat::Flac);
+}
+
+#[test]
+fn mp3_roundtrip() {
+    check_format(AudioFormat::Mp3);
+}
+
+#[test]
+fn opus_roundtrip() {
+    check_format(AudioFormat::Opus);
+}
+
+#[test]
+fn aac_roundtrip() {
+    if !AudioFormat::Aac.is_supported() {
+        // Built without the `aac` feature: the error must say so, not panic.
+        let e = encode_audio(AudioFormat::Aac, &[0.0; 10]).unwrap_err();
+        assert!(e.to_string().contains("aac"), "{e}");
+        return;
+    }
+    check_format(AudioFormat::Aac);
+}
+
+#[test]
+fn empty_input_gives_valid_files() {
+    for format in AudioFormat::ALL.into_iter().filter(|f| f.is_supported()) {
+        let bytes = encode_audio(format, &[]).unwrap_or_else(|e| panic!("{format}: {e}"));
+        let (streamed, _) = stream_in_chunks(format, &[]);
+        if format == AudioFormat::Pcm {
+            assert!(bytes.is_empty() && streamed.is_empty());
+            continue;
+        }
+        for (what, b) in [("one-shot", &bytes), ("streamed", &streamed)] {
+            let d = decode(format, b);
+            // Only codec priming that the container cannot signal may remain.
+            let above = expected_lag(format, what == "streamed") + frame_len(format);
+            assert!(
+                d.len_24k() <= above as f64,
+                "{format} {what}: empty input decoded to {} samples",
+                d.samples.len()
+            );
+        }
+    }
+}
+
+#[test]
+fn wild_samples_are_clipped_not_fatal() {
+    let pcm = [
+        0.0,
+        2.0,
+        -3.0,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.5,
+    ];
+    for format in AudioFormat::ALL.into_iter().filter(|f| f.is_supported()) {
+        encode_audio(format, &pcm).unwrap_or_else(|e| panic!("{format}: {e}"));
+    }
+    let d = decode(
+        AudioFormat::Wav,
+        &encode_audio(AudioFormat::Wav, &pcm).unwrap(),
+    );
+    assert_eq!(d.samples, [0, 32767, -32767, 0, 32767, -32767, 16384]);
+}
+
+#[test]
+fn content_types_and_names() {
+    let expect = [
+        ("mp3", "audio/mpeg"),
+        ("opus", "audio/opus"),
+        ("aac", "audio/aac"),
+        ("flac", "audio/flac"),
+        ("wav", "audio/wav"),
+        ("pcm", "audio/pcm"),
+    ];
+    for (name, ct) in expect {
+        let f: AudioFormat = name.parse().unwrap();
+        assert_eq!(f.content_type(), ct);
+    }
+    let err = "webm".parse::<AudioFormat>().unwrap_err().to_string();
+    assert!(err.contains("mp3, opus, aac, flac, wav, pcm"), "{err}");
+}
+
+/// Dominant frequency by a DFT peak search over 50..2000 Hz at 0.5 Hz resolution.
+fn dominant_freq(x: &[f32]) -> f64 {
+    let mut best = (0.0, 0.0);
+    let mut f = 50.0;
+    while f <= 2000.0 {
+        let w = 2.0 * std::f64::consts::PI * f / SR;
+        let (mut re, mut im) = (0.0, 0.0);
+        for (i, &v) in x.iter().enumerate() {
+            re += f64::from(v) * (w * i as f64).cos();
+            im += f64::from(v) * (w * i as f64).sin();
+        }
+        let p = re * re + im * im;
+        if p > best.1 {
+            best = (f, p);
+        }
+        f += 0.5;
+    }
+    best.0
+}
+
+#[test]
+fn time_stretch_keeps_pitch_and_scales_length() {
+    let x = sine(440.0, 1.0);
+    assert_eq!(time_stretch(&x, 1.0), x);
+    for speed in [0.25f32, 0.5, 0.8, 1.25, 2.0, 4.0] {
+        let y = time_stretch(&x, speed);
+        let want = x.len() as f64 / f64::from(speed);
+        let rel = (y.len() as f64 - want).abs() / want;
+        assert!(rel < 0.01, "speed {speed}: length {} vs {want}", y.len());
+        if speed == 0.5 || speed == 2.0 {
+            // Analyse the middle 0.4 s (0.2 s at speed 2) to stay clear of the edges.
+            let mid = &y[y.len() / 4..y.len() * 3 / 4];
+            let f = dominant_freq(mid);
+            assert!(
+                (f - 440.0).abs() < 440.0 * 0.02,
+                "speed {speed}: pitch {f} Hz"
+            );
+            // No dropouts from misaligned grains: the tone's level is kept.
+            let r = rms_f32(mid) / rms_f32(&x);
+            assert!((r - 1.0).abs() < 0.1, "speed {speed}: level ratio {r}");
+        }
+    }
+}
+
+#[test]
+fn time_stretch_survives_odd_input() {
+    assert!(time_stretch(&[], 2.0).is_empty());
+    assert_eq!(time_stretch(&[0.3], 0.5).len(), 2);
+    let noisy: Vec<f32> = (0..5000)
+        .map(|i| {
+            if i % 7 == 0 {
+                f32::NAN
+            } else {
+                (i as f32).sin()
+            }
+        })
+        .collect();
+    let y = time_stretch(&noisy, 1.5);
+    assert_eq!(y.len(), 3333);
+    assert!(
+        y.iter().all(|v| v.is_finite()),
+        "NaN input must read as silence"
+    );
+}
