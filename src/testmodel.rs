@@ -272,7 +272,6 @@ fn specs(cfg: &Config, d: &Dims) -> Vec<Spec> {
             transformer(&p, c.dim, c.n_heads, c.n_kv_heads, c.head_dim, c.hidden_dim);
         }
     }
-    drop(transformer);
     push("norm.weight".into(), vec![a.dim], Init::Around(1.0, 0.1));
     let p = "acoustic_transformer";
     push(
@@ -516,6 +515,38 @@ fn write_voice_safetensors(path: &Path, rows: usize, dim: usize, data: &[u8]) ->
         safetensors::tensor::TensorView::new(safetensors::Dtype::BF16, vec![rows, dim], data)?;
     safetensors::serialize_to_file([("embedding", view)], None, path)?;
     Ok(())
+}
+
+impl Preset {
+    /// The name used on the command line (`tiny`, `tiny-odd`, `full`).
+    pub fn name(self) -> String {
+        clap::ValueEnum::to_possible_value(&self)
+            .expect("no skipped variants")
+            .get_name()
+            .to_string()
+    }
+}
+
+/// A random checkpoint under `target/test-models/<preset>-<seed>`, made on first use. Made in a
+/// temporary folder and renamed into place, so concurrent callers never see a partial one.
+pub fn cached_test_model(preset: Preset, seed: u64) -> Result<std::path::PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-models");
+    let dir = root.join(format!("{}-{seed}", preset.name()));
+    if dir.join("consolidated.safetensors").exists() {
+        return Ok(dir);
+    }
+    let tmp = root.join(format!(".{}-{seed}.{}", preset.name(), std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    make_test_model(&tmp, preset, seed)?;
+    match std::fs::rename(&tmp, &dir) {
+        Ok(()) => Ok(dir),
+        // Another process finished first: theirs is identical (deterministic per seed).
+        Err(_) if dir.join("consolidated.safetensors").exists() => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            Ok(dir)
+        }
+        Err(e) => Err(e).with_context(|| format!("moving {} into place", dir.display())),
+    }
 }
 
 /// Writes a complete random model folder to `out`.

@@ -6,14 +6,15 @@ use crate::device::DeviceChoice;
 use crate::model::{Noise, StageTimes, SynthesisRequest, Voxtral};
 use crate::tensor::tch_backend::TchTensor;
 use crate::tensor::DType;
-use crate::testmodel::{make_test_model, Preset};
+use crate::testmodel::{cached_test_model, Preset};
 use anyhow::{Context, Result};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// Model folder; when absent, a random checkpoint of `--preset` is made under target/.
+    /// Model folder; when absent, a random checkpoint of `--preset` (made under
+    /// target/test-models on first use).
     #[arg(long)]
     model: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "tiny")]
@@ -43,19 +44,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let dir = match &args.model {
         Some(dir) => dir.clone(),
-        None => {
-            let dir =
-                PathBuf::from(format!("target/test-models/{:?}-0", args.preset).to_lowercase());
-            if !dir.join("consolidated.safetensors").exists() {
-                eprintln!(
-                    "making a random {:?} checkpoint in {}",
-                    args.preset,
-                    dir.display()
-                );
-                make_test_model(&dir, args.preset, 0)?;
-            }
-            dir
-        }
+        None => cached_test_model(args.preset, 0)?,
     };
     let device = args.device.resolve_tch().map_err(anyhow::Error::msg)?;
     let started = Instant::now();

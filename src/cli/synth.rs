@@ -64,9 +64,6 @@ pub fn run(args: SynthArgs) -> Result<()> {
         );
     }
     let seed = args.seed.unwrap_or_else(rand::random);
-    if args.seed.is_none() && args.noise_scale > 0.0 {
-        eprintln!("seed: {seed}");
-    }
     let request = SynthesisRequest {
         text: args.text,
         voice: args.voice,
@@ -77,6 +74,9 @@ pub fn run(args: SynthArgs) -> Result<()> {
         },
     };
     let mut generation = model.start(&request)?;
+    if args.seed.is_none() && args.noise_scale > 0.0 {
+        eprintln!("seed: {seed}");
+    }
     let bar = indicatif::ProgressBar::new(args.max_frames as u64).with_style(
         indicatif::ProgressStyle::with_template(
             "{spinner} frames {pos}/{len} [{elapsed_precise}] {per_sec}",

@@ -52,10 +52,6 @@ impl Checkpoint {
         &self.file
     }
 
-    pub fn contains(&self, key: &str) -> bool {
-        self.tensors.names().iter().any(|n| *n == key)
-    }
-
     /// The raw tensor at `key`, checked against `shape`.
     pub fn raw(&self, key: &str, shape: &[usize]) -> Result<RawTensor<'static>, LoadError> {
         let view = self

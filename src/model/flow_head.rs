@@ -111,13 +111,11 @@ impl<T: Tensor> FlowHead<T> {
             })
             .collect();
 
-        // Times t_i = i/steps and a constant dt = 1/steps, each rounded once to the compute dtype.
+        // Times t_i = i/steps and a constant dt = 1/steps, in f32.
         let steps = cfg.euler_steps;
         let dtype = l.dtype;
-        let times: Vec<f32> = (0..steps)
-            .map(|i| dtype.round_scalar(i as f32 / steps as f32))
-            .collect();
-        let dt = dtype.round_scalar(1.0 / steps as f32);
+        let times: Vec<f32> = (0..steps).map(|i| i as f32 / steps as f32).collect();
+        let dt = 1.0 / steps as f32;
         let time_projection = l.tensor(&format!("{p}.time_projection.weight"), &[dim, dim])?;
         let time_table = times
             .iter()
@@ -127,7 +125,7 @@ impl<T: Tensor> FlowHead<T> {
             })
             .collect();
 
-        let alpha = dtype.round_scalar(CFG_ALPHA);
+        let alpha = CFG_ALPHA;
         Ok(FlowHead {
             semantic_out: l.tensor_as(
                 &format!("{p}.semantic_codebook_output.weight"),
@@ -147,7 +145,8 @@ impl<T: Tensor> FlowHead<T> {
             layers,
             norm: RmsNorm::load(l, &format!("{p}.norm.weight"), dim, at.norm_eps)?,
             alpha,
-            beta: dtype.round_scalar(1.0 - alpha),
+            // 1 - alpha computed in f32, as the reference does (1 ulp from f32(-0.2)).
+            beta: 1.0 - alpha,
             levels: am.acoustic_codebook_size,
             n_acoustic: n_ac,
             dim,
@@ -202,9 +201,12 @@ impl<T: Tensor> FlowHead<T> {
             b * self.n_acoustic,
             "noise must hold n_acoustic values per row"
         );
-        let mut x = T::from_f32(&self.device, noise, &[b, self.n_acoustic], self.dtype);
+        // The ODE state, the guidance mix and FSQ stay in f32 whatever the compute dtype: it
+        // is 36 values per frame, and bf16 rounding here would move codes across FSQ levels.
+        let mut x = T::from_f32(&self.device, noise, &[b, self.n_acoustic], DType::F32);
         for t in &self.time_table {
             let xb = T::cat(&[&x, &x], 0)
+                .to_dtype(self.dtype)
                 .linear(&self.input_projection)
                 .reshape(&[2 * b, 1, self.dim]);
             let ts: Vec<&T> = std::iter::repeat_n(t, 2 * b).collect();
@@ -217,7 +219,8 @@ impl<T: Tensor> FlowHead<T> {
                 .forward(&h)
                 .narrow(1, 0, 1)
                 .reshape(&[2 * b, self.dim])
-                .linear(&self.acoustic_out);
+                .linear(&self.acoustic_out)
+                .to_dtype(DType::F32);
             let v = v
                 .narrow(0, 0, b)
                 .scale(self.alpha)

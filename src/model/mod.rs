@@ -311,9 +311,10 @@ impl<T: Tensor> Voxtral<T> {
                 return Err(SynthError::NoiseScale(*scale))
             }
             Noise::Given(v) => NoiseStream::Given(v.clone(), 0),
-            Noise::Seeded { seed, scale } => {
-                NoiseStream::Seeded(rand_chacha::ChaCha8Rng::seed_from_u64(*seed), *scale)
-            }
+            Noise::Seeded { seed, scale } => NoiseStream::Seeded(
+                Box::new(rand_chacha::ChaCha8Rng::seed_from_u64(*seed)),
+                *scale,
+            ),
         };
         let voice = &self.voices[&req.voice];
         let started = Instant::now();
@@ -369,7 +370,7 @@ fn is_known_unused(key: &str) -> bool {
 }
 
 enum NoiseStream {
-    Seeded(rand_chacha::ChaCha8Rng, f32),
+    Seeded(Box<rand_chacha::ChaCha8Rng>, f32),
     Given(Vec<f32>, usize),
 }
 
@@ -433,6 +434,14 @@ impl<T: Tensor> Generation<'_, T> {
             self.stop = Some(StopReason::MaxFrames);
         }
         self.frames.last().map(Vec::as_slice)
+    }
+
+    /// Teacher forcing: the next step is fed `frame` instead of the last generated frame
+    /// (per-stage comparisons with a reference, spec section 9). Must be a valid frame.
+    pub fn replace_last_frame(&mut self, frame: Vec<u32>) {
+        let last = self.frames.last_mut().expect("a frame was generated");
+        assert_eq!(last.len(), frame.len(), "frame width");
+        *last = frame;
     }
 
     pub fn frames(&self) -> &[Vec<u32>] {

@@ -333,10 +333,10 @@ impl Config {
         positive("n_heads", args.n_heads)?;
         positive("n_kv_heads", args.n_kv_heads)?;
         positive("vocab_size", args.vocab_size)?;
-        if args.head_dim % 2 != 0 {
+        if !args.head_dim.is_multiple_of(2) {
             return Err(bad("head_dim", "must be even for rotary embeddings".into()));
         }
-        if args.n_heads % args.n_kv_heads != 0 {
+        if !args.n_heads.is_multiple_of(args.n_kv_heads) {
             return Err(bad("n_kv_heads", "must divide n_heads".into()));
         }
         if args.use_biases {
@@ -349,7 +349,7 @@ impl Config {
         let at = &am.acoustic_transformer_args;
         let ct = &args.multimodal.audio_tokenizer_args;
         let prefix = "multimodal.audio_model_args.acoustic_transformer_args";
-        if at.n_heads == 0 || at.n_kv_heads == 0 || at.n_heads % at.n_kv_heads != 0 {
+        if at.n_heads == 0 || at.n_kv_heads == 0 || !at.n_heads.is_multiple_of(at.n_kv_heads) {
             return Err(bad(
                 &format!("{prefix}.n_kv_heads"),
                 "must be > 0 and divide n_heads".into(),
@@ -403,7 +403,7 @@ impl Config {
         if !ct.causal || ct.channels != 1 {
             return Err(bad(tk, "only the causal mono codec is supported".into()));
         }
-        if ct.n_heads == 0 || ct.n_kv_heads == 0 || ct.n_heads % ct.n_kv_heads != 0 {
+        if ct.n_heads == 0 || ct.n_kv_heads == 0 || !ct.n_heads.is_multiple_of(ct.n_kv_heads) {
             return Err(bad(
                 &format!("{tk}.n_kv_heads"),
                 "must be > 0 and divide n_heads".into(),

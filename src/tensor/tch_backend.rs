@@ -55,7 +55,7 @@ impl Tensor for TchTensor {
     unsafe fn from_raw(device: &Device, raw: &RawTensor<'_>, dtype: DType) -> Self {
         let stored = kind(raw.dtype);
         let elem = stored.elt_size_in_bytes();
-        let aligned = (raw.data.as_ptr() as usize) % elem == 0;
+        let aligned = (raw.data.as_ptr() as usize).is_multiple_of(elem);
         let t = if aligned && *device == Device::Cpu && raw.dtype == dtype {
             // Zero-copy: the tensor reads the memory-mapped checkpoint directly.
             tch::Tensor::from_blob(

@@ -1,0 +1,183 @@
+//! The `voxtral-tts` command line, run as a user would.
+
+use std::path::Path;
+use std::process::Command;
+use voxtral_tts::testmodel::{cached_test_model, Preset};
+
+fn cli() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_voxtral-tts"))
+}
+
+fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn run_err(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(!out.status.success(), "should fail");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(
+        stderr.trim().lines().count(),
+        1,
+        "one-line error expected: {stderr}"
+    );
+    stderr
+}
+
+fn model() -> String {
+    cached_test_model(Preset::Tiny, 0)
+        .unwrap()
+        .display()
+        .to_string()
+}
+
+#[test]
+fn synth_writes_a_24khz_mono_16bit_wav_and_the_codes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wav = tmp.path().join("out.wav");
+    let codes = tmp.path().join("codes.json");
+    run_ok(
+        cli()
+            .args([
+                "synth",
+                "--model",
+                &model(),
+                "--voice",
+                "neutral_female",
+                "--text",
+                "Hello.",
+            ])
+            .args([
+                "--output".as_ref(),
+                wav.as_os_str(),
+                "--max-frames".as_ref(),
+                "12".as_ref(),
+                "--seed".as_ref(),
+                "3".as_ref(),
+                "--dump-codes".as_ref(),
+                codes.as_os_str(),
+            ]),
+    );
+    let reader = hound::WavReader::open(&wav).unwrap();
+    let spec = reader.spec();
+    assert_eq!(
+        (spec.channels, spec.sample_rate, spec.bits_per_sample),
+        (1, 24_000, 16)
+    );
+    let dump: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&codes).unwrap()).unwrap();
+    let frames = dump["codes"].as_array().unwrap();
+    assert!(!frames.is_empty() && frames.len() <= 12);
+    assert_eq!(reader.len() as usize, frames.len() * 1920);
+    assert!(
+        frames.iter().all(|f| f.as_array().unwrap().len() == 9),
+        "1 semantic + 8 acoustic codes per frame"
+    );
+    assert_eq!(dump["prompt_ids"][0], 1);
+}
+
+#[test]
+fn same_seed_same_audio_f32_and_bf16() {
+    let tmp = tempfile::tempdir().unwrap();
+    for dtype in ["f32", "bf16"] {
+        let mut outputs = Vec::new();
+        for i in 0..2 {
+            let wav = tmp.path().join(format!("{dtype}{i}.wav"));
+            run_ok(
+                cli()
+                    .args([
+                        "synth",
+                        "--model",
+                        &model(),
+                        "--voice",
+                        "fr_male",
+                        "--text",
+                        "Bonjour.",
+                        "--seed",
+                        "9",
+                    ])
+                    .args(["--max-frames", "6", "--dtype", dtype, "--device", "cpu"])
+                    .arg("--output")
+                    .arg(&wav),
+            );
+            outputs.push(std::fs::read(&wav).unwrap());
+        }
+        assert_eq!(
+            outputs[0], outputs[1],
+            "{dtype}: a seeded run is deterministic"
+        );
+    }
+}
+
+#[test]
+fn voices_lists_the_presets() {
+    let out = run_ok(cli().args(["voices", "--model", &model()]));
+    let names: Vec<&str> = out.lines().collect();
+    assert_eq!(names.len(), 20);
+    assert!(names.contains(&"casual_female") && names.contains(&"hi_female"));
+}
+
+#[test]
+fn bad_input_is_a_one_line_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wav = tmp.path().join("x.wav");
+    let base = |voice: &str, text: &str| {
+        let mut c = cli();
+        c.args([
+            "synth",
+            "--model",
+            &model(),
+            "--voice",
+            voice,
+            "--text",
+            text,
+        ])
+        .arg("--output")
+        .arg(&wav);
+        c
+    };
+    assert!(run_err(&mut base("nobody", "Hi.")).contains("unknown voice"));
+    assert!(run_err(&mut base("casual_male", "")).contains("empty"));
+    assert!(run_err(base("casual_male", "Hi.").args(["--max-frames", "0"])).contains("max_frames"));
+    assert!(run_err(base("casual_male", "Hi.").args(["--device", "cuda:7"])).contains("cuda:7"));
+    assert!(run_err(cli().args(["voices", "--model", "/nonexistent"]))
+        .contains("/nonexistent/params.json"));
+    assert!(!wav.exists(), "no partial output on failure");
+}
+
+#[test]
+fn make_test_model_is_deterministic_per_seed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b, c) = (
+        tmp.path().join("a"),
+        tmp.path().join("b"),
+        tmp.path().join("c"),
+    );
+    for (dir, seed) in [(&a, "5"), (&b, "5"), (&c, "6")] {
+        run_ok(
+            cli()
+                .args(["make-test-model", "--preset", "tiny", "--seed", seed])
+                .arg("--out")
+                .arg(dir),
+        );
+    }
+    let read = |d: &Path, f: &str| std::fs::read(d.join(f)).unwrap();
+    for f in [
+        "consolidated.safetensors",
+        "tekken.json",
+        "params.json",
+        "voice_embedding/es_female.pt",
+    ] {
+        assert_eq!(read(&a, f), read(&b, f), "{f}");
+    }
+    assert_ne!(
+        read(&a, "consolidated.safetensors"),
+        read(&c, "consolidated.safetensors")
+    );
+}
