@@ -11,7 +11,7 @@ build:
 	$(ENV) cargo build --release
 
 test:
-	$(ENV) cargo test --all-targets
+	$(ENV) scripts/lint-docker.sh && cargo test --all-targets
 
 lint:
 	$(ENV) cargo fmt --all -- --check && cargo clippy --all-targets -- -D warnings

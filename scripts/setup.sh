@@ -1,35 +1,45 @@
 #!/usr/bin/env bash
 # Idempotent set-up used by both README commands: installs what the build and tests need.
-#   - libtorch 2.11.0 (the PyPI torch wheel, CPU-trimmed) + the two CUDA runtime wheels its
-#     libtorch_cpu.so links against, into .deps/py (ignored by git)
+#   - libtorch 2.11.0 (the PyPI torch wheel) into .deps/py (ignored by git): CPU-trimmed with the
+#     two CUDA runtime wheels libtorch_cpu.so links against, or with VOXTRAL_CUDA=1 the whole
+#     CUDA runtime set the CUDA kernels need (GPU hosts, the Docker image)
 #   - the reference tekken.json (tokenizer test vectors) into .deps/ref
 #   - cmake (bundled opus builds with it) and ffmpeg (decode checks in tests) when missing
 # Prints the environment to use: `eval "$(scripts/setup.sh --env)"`.
+# `--libtorch-only` skips what only the tests need (the Docker build uses it).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DEPS=${VOXTRAL_DEPS:-$ROOT/.deps}
 PY=${PYTHON:-python3}
 TORCH_VERSION=2.11.0
-CUDA_RUNTIME=nvidia-cuda-runtime==13.0.96
-CUDA_CUPTI=nvidia-cuda-cupti==13.0.85
+# The NVIDIA wheels torch 2.11.0's metadata pins (through cuda-toolkit 13.0.2).
+CUDA_CPU_NEEDS=(nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85)
+CUDA_GPU_NEEDS=(nvidia-cublas==13.1.0.3 nvidia-cufft==12.0.0.61 nvidia-cufile==1.15.1.6
+  nvidia-curand==10.4.0.35 nvidia-cusolver==12.0.4.66 nvidia-cusparse==12.6.3.3
+  nvidia-nvjitlink==13.0.88 nvidia-cuda-nvrtc==13.0.88 nvidia-nvtx==13.0.85
+  nvidia-cudnn-cu13==9.19.0.56 nvidia-cusparselt-cu13==0.8.0 nvidia-nccl-cu13==2.28.9
+  nvidia-nvshmem-cu13==3.4.5)
+FLAVOR=cpu
+[[ ${VOXTRAL_CUDA:-0} == 1 ]] && FLAVOR=cuda
 MISTRAL_COMMON=1.13.1
 
-log() { [[ ${1:-} == --env ]] || echo "[setup] $*" >&2; }
+log() { echo "[setup] $*" >&2; }
 
 install_libtorch() {
-  local lib=$DEPS/py/torch/lib/libtorch_cpu.so
-  [[ -f $lib && -f $DEPS/py/.complete ]] && return
-  log "installing libtorch $TORCH_VERSION from PyPI into $DEPS/py"
+  local marker=$DEPS/py/.complete
+  [[ -f $marker && $(cat "$marker") == "$TORCH_VERSION $FLAVOR" ]] && return
+  log "installing libtorch $TORCH_VERSION ($FLAVOR) from PyPI into $DEPS/py"
   rm -rf "$DEPS/py"
   mkdir -p "$DEPS"
-  "$PY" -m pip install -q --no-deps --no-compile --target "$DEPS/py" \
-    "torch==$TORCH_VERSION" "$CUDA_RUNTIME" "$CUDA_CUPTI" >&2
-  if [[ ${VOXTRAL_KEEP_CUDA:-0} != 1 ]]; then
-    # CPU install: the CUDA kernels need cuBLAS/cuDNN wheels we do not install.
-    rm -f "$DEPS"/py/torch/lib/libtorch_cuda*.so "$DEPS"/py/torch/lib/libc10_cuda.so \
-      "$DEPS"/py/torch/lib/libtorch_python.so
+  local wheels=("torch==$TORCH_VERSION" "${CUDA_CPU_NEEDS[@]}")
+  [[ $FLAVOR == cuda ]] && wheels+=("${CUDA_GPU_NEEDS[@]}")
+  "$PY" -m pip install -q --no-deps --no-compile --target "$DEPS/py" "${wheels[@]}" >&2
+  rm -f "$DEPS"/py/torch/lib/libtorch_python.so
+  if [[ $FLAVOR == cpu ]]; then
+    # The CUDA kernels would need the cuBLAS/cuDNN wheels a CPU install leaves out.
+    rm -f "$DEPS"/py/torch/lib/libtorch_cuda*.so "$DEPS"/py/torch/lib/libc10_cuda.so
   fi
-  touch "$DEPS/py/.complete"
+  echo "$TORCH_VERSION $FLAVOR" > "$marker"
 }
 
 # The real 131k-vocab tekken.json ships inside mistral-common's wheel: the tokenizer tests
@@ -64,9 +74,11 @@ install_system_packages() {
 }
 
 install_libtorch
-install_reference_tokenizer
-install_system_packages
-if [[ ${1:-} == --env ]]; then
+if [[ " $* " != *" --libtorch-only "* ]]; then
+  install_reference_tokenizer
+  install_system_packages
+fi
+if [[ " $* " == *" --env "* ]]; then
   echo "export LIBTORCH='$DEPS/py/torch'"
   echo "export LIBTORCH_BYPASS_VERSION_CHECK=1"
 fi

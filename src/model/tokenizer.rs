@@ -1349,24 +1349,4 @@ mod tests {
         assert_eq!(tok.special_id("<SPECIAL_20>"), Some(20));
         assert_eq!(tok.encode("ab"), vec![1000 + 97, 1000 + 98]);
     }
-
-    /// `cargo test --release -- --ignored --nocapture encode_speed`
-    #[test]
-    #[ignore]
-    fn encode_speed() {
-        let tok = reference();
-        let base = "Bonjour tout le monde ! The quick brown fox, 3.14 😀 中文 — ";
-        let text: String = base.chars().cycle().take(4096).collect();
-        let start = std::time::Instant::now();
-        let rounds = 200;
-        let mut n = 0;
-        for _ in 0..rounds {
-            n += tok.encode(std::hint::black_box(&text)).len();
-        }
-        let per = start.elapsed() / rounds;
-        println!(
-            "4096 chars -> {} ids: {per:?} per encode",
-            n / rounds as usize
-        );
-    }
 }

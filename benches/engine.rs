@@ -1,0 +1,45 @@
+//! Per-step engine costs on the tiny random checkpoint: tokenizer, one decode frame
+//! (backbone + flow head), codec decode. Full-size numbers come from `voxtral-tts bench`.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use std::hint::black_box;
+use voxtral_tts::model::{Noise, SynthesisRequest, Voxtral};
+use voxtral_tts::tensor::{tch_backend::TchTensor, DType};
+use voxtral_tts::testmodel::{cached_test_model, Preset};
+
+fn tokenizer(c: &mut Criterion) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".deps/ref/tekken_240911.json");
+    let tok = voxtral_tts::model::tokenizer::Tekken::from_file(&dir).expect("run scripts/setup.sh first");
+    let base = "Bonjour tout le monde ! The quick brown fox, 3.14 😀 中文 — ";
+    let text: String = base.chars().cycle().take(4096).collect();
+    c.bench_function("tokenizer/encode 4096 chars (131k vocab)", |b| b.iter(|| tok.encode(black_box(&text))));
+}
+
+fn frames(c: &mut Criterion) {
+    let _guard = tch::no_grad_guard();
+    let dir = cached_test_model(Preset::Tiny, 0).unwrap();
+    for dtype in [DType::BF16, DType::F32] {
+        let model = Voxtral::<TchTensor>::load(&dir, &tch::Device::Cpu, dtype).unwrap();
+        let request = SynthesisRequest {
+            text: "The quick brown fox jumps over the lazy dog.".into(),
+            voice: "casual_male".into(),
+            max_frames: 2048,
+            noise: Noise::Seeded { seed: 1, scale: 1.0 },
+        };
+        let mut generation = model.start(&request).unwrap();
+        c.bench_function(&format!("tiny {dtype}/frame (backbone + flow head)"), |b| {
+            b.iter(|| {
+                if generation.next_frame().is_none() {
+                    generation = model.start(&request).unwrap();
+                }
+            })
+        });
+        let codes = model.start(&request).unwrap().finish().unwrap().codes;
+        let ten: Vec<Vec<u32>> = codes.iter().cycle().take(10).cloned().collect();
+        c.bench_function(&format!("tiny {dtype}/codec decode 10 frames"), |b| b.iter(|| model.decode(black_box(&ten)).unwrap()));
+        c.bench_function(&format!("tiny {dtype}/prefill"), |b| b.iter(|| model.start(black_box(&request)).unwrap()));
+    }
+}
+
+criterion_group!(benches, tokenizer, frames);
+criterion_main!(benches);
