@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 ENV := eval "$$(scripts/setup.sh --env)" &&
 
-.PHONY: setup build test lint bench test-model
+.PHONY: setup build test lint bench
 
 setup:
 	@scripts/setup.sh
@@ -18,6 +18,3 @@ lint:
 
 bench:
 	$(ENV) cargo run --release -- bench --preset tiny
-
-test-model:
-	$(ENV) cargo run --release -- make-test-model --out target/test-models/tiny --preset tiny

@@ -554,7 +554,12 @@ pub fn make_test_model(out: &Path, preset: Preset, seed: u64) -> Result<()> {
     let d = preset.dims();
     std::fs::create_dir_all(out.join(VOICE_DIR))
         .with_context(|| format!("creating {}", out.display()))?;
-    let vocab = 1000 + 256 + d.merges;
+    // The full preset keeps the published embedding table size; its tokenizer uses a prefix.
+    let vocab = if preset == Preset::Full {
+        131_072
+    } else {
+        1000 + 256 + d.merges
+    };
     let params = params_json(&d, vocab);
     let args: ModelArgs = serde_json::from_value(params.clone())?;
     let cfg = Config::from_args(args, "params.json").map_err(anyhow::Error::from)?;
