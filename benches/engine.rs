@@ -9,10 +9,13 @@ use voxtral_tts::testmodel::{cached_test_model, Preset};
 
 fn tokenizer(c: &mut Criterion) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".deps/ref/tekken_240911.json");
-    let tok = voxtral_tts::model::tokenizer::Tekken::from_file(&dir).expect("run scripts/setup.sh first");
+    let tok =
+        voxtral_tts::model::tokenizer::Tekken::from_file(&dir).expect("run scripts/setup.sh first");
     let base = "Bonjour tout le monde ! The quick brown fox, 3.14 😀 中文 — ";
     let text: String = base.chars().cycle().take(4096).collect();
-    c.bench_function("tokenizer/encode 4096 chars (131k vocab)", |b| b.iter(|| tok.encode(black_box(&text))));
+    c.bench_function("tokenizer/encode 4096 chars (131k vocab)", |b| {
+        b.iter(|| tok.encode(black_box(&text)))
+    });
 }
 
 fn frames(c: &mut Criterion) {
@@ -24,7 +27,10 @@ fn frames(c: &mut Criterion) {
             text: "The quick brown fox jumps over the lazy dog.".into(),
             voice: "casual_male".into(),
             max_frames: 2048,
-            noise: Noise::Seeded { seed: 1, scale: 1.0 },
+            noise: Noise::Seeded {
+                seed: 1,
+                scale: 1.0,
+            },
         };
         let mut generation = model.start(&request).unwrap();
         c.bench_function(&format!("tiny {dtype}/frame (backbone + flow head)"), |b| {
@@ -36,8 +42,12 @@ fn frames(c: &mut Criterion) {
         });
         let codes = model.start(&request).unwrap().finish().unwrap().codes;
         let ten: Vec<Vec<u32>> = codes.iter().cycle().take(10).cloned().collect();
-        c.bench_function(&format!("tiny {dtype}/codec decode 10 frames"), |b| b.iter(|| model.decode(black_box(&ten)).unwrap()));
-        c.bench_function(&format!("tiny {dtype}/prefill"), |b| b.iter(|| model.start(black_box(&request)).unwrap()));
+        c.bench_function(&format!("tiny {dtype}/codec decode 10 frames"), |b| {
+            b.iter(|| model.decode(black_box(&ten)).unwrap())
+        });
+        c.bench_function(&format!("tiny {dtype}/prefill"), |b| {
+            b.iter(|| model.start(black_box(&request)).unwrap())
+        });
     }
 }
 
