@@ -97,38 +97,57 @@ impl<T: Tensor> Backbone<T> {
         }
     }
 
-    /// Runs `x` `[1, l, dim]` at positions `cache.len()..` and appends to the cache.
-    pub fn forward(&self, x: &T, cache: &mut KvCache<T>) -> T {
-        let len = x.shape()[1];
-        let start = cache.len;
-        assert!(
-            start + len <= cache.capacity,
-            "KV cache overflow: {} + {len} > {}",
-            start,
-            cache.capacity
-        );
+    /// Runs `x` `[b, l, dim]`, row `r` at positions `caches[r].len()..`, appending to each
+    /// cache. Either one sequence of any length (prefill) or one new token per sequence
+    /// (a decode step, batched: the projections and feed-forward read each weight once for
+    /// all rows; attention runs per row against that row's cache).
+    pub fn forward(&self, x: &T, caches: &mut [&mut KvCache<T>]) -> T {
+        let shape = x.shape();
+        let (rows, len) = (shape[0], shape[1]);
+        assert_eq!(rows, caches.len(), "one cache per row");
+        assert!(rows == 1 || len == 1, "batched rows take one token each");
+        for c in caches.iter() {
+            assert!(
+                c.len + len <= c.capacity,
+                "KV cache overflow: {} + {len} > {}",
+                c.len,
+                c.capacity
+            );
+            // A prompt starts at 0 and needs the causal mask; a single new token sees all.
+            assert!(c.len == 0 || len == 1, "chunked prefill is not supported");
+        }
         let mut h = x.clone();
         for (i, layer) in self.layers.iter().enumerate() {
             let a = &layer.attention;
             let normed = layer.attention_norm.forward(&h);
-            let q = a
-                .split_heads(&normed.linear(&a.wq), a.n_heads)
-                .rope_interleaved(start, self.rope_theta);
-            let k = a
-                .split_heads(&normed.linear(&a.wk), a.n_kv_heads)
-                .rope_interleaved(start, self.rope_theta);
+            let q = a.split_heads(&normed.linear(&a.wq), a.n_heads);
+            let k = a.split_heads(&normed.linear(&a.wk), a.n_kv_heads);
             let v = a.split_heads(&normed.linear(&a.wv), a.n_kv_heads);
-            cache.keys[i].write_at(2, start, &k);
-            cache.values[i].write_at(2, start, &v);
-            let keys = cache.keys[i].narrow(2, 0, start + len);
-            let values = cache.values[i].narrow(2, 0, start + len);
-            // A prompt starting at 0 needs the causal mask; a single new token sees everything.
-            assert!(start == 0 || len == 1, "chunked prefill is not supported");
-            let out = T::attention(&q, &keys, &values, None, len > 1, a.scale());
+            let outs: Vec<T> = caches
+                .iter_mut()
+                .enumerate()
+                .map(|(r, cache)| {
+                    let start = cache.len;
+                    let q = q.narrow(0, r, 1).rope_interleaved(start, self.rope_theta);
+                    let k = k.narrow(0, r, 1).rope_interleaved(start, self.rope_theta);
+                    cache.keys[i].write_at(2, start, &k);
+                    cache.values[i].write_at(2, start, &v.narrow(0, r, 1));
+                    let keys = cache.keys[i].narrow(2, 0, start + len);
+                    let values = cache.values[i].narrow(2, 0, start + len);
+                    T::attention(&q, &keys, &values, None, len > 1, a.scale())
+                })
+                .collect();
+            let out = if rows == 1 {
+                outs[0].clone()
+            } else {
+                T::cat(&outs.iter().collect::<Vec<_>>(), 0)
+            };
             h = h.add(&a.merge_heads(&out));
             h = h.add(&layer.feed_forward.forward(&layer.ffn_norm.forward(&h)));
         }
-        cache.len += len;
+        for c in caches.iter_mut() {
+            c.len += len;
+        }
         self.norm.forward(&h)
     }
 }

@@ -284,6 +284,33 @@ impl<T: Tensor> Codec<T> {
         Ok(self.forward(&self.latent(codes)).to_vec_f32())
     }
 
+    /// Frames of left context after which earlier frames cannot change the output: the
+    /// codec's receptive field from its kernels, upsampling and attention windows (each
+    /// attention layer reaches `window` positions back), rounded up, plus a margin of 2.
+    pub fn context_frames(&self) -> usize {
+        let mut frames = (self.input_conv.kernel - 1) as f64;
+        let mut rate = 1.0;
+        for stage in &self.stages {
+            if let Some(up) = &stage.upsample {
+                frames += (up.kernel as f64 / rate).ceil();
+                rate *= up.stride as f64;
+            }
+            frames += (stage.layers.len() * stage.window) as f64 / rate;
+        }
+        frames += (self.output_proj.kernel as f64 / rate).ceil();
+        frames.ceil() as usize + 2
+    }
+
+    /// Decodes `codes[from..]` for streaming: at most `context_frames()` earlier frames are
+    /// decoded as context and their samples dropped, so the result equals the matching slice
+    /// of `decode(codes)` (the codec is causal) at a cost independent of `from`.
+    pub fn decode_tail(&self, codes: &[Vec<u32>], from: usize) -> Result<Vec<f32>, CodecError> {
+        let start = from.saturating_sub(self.context_frames());
+        let pcm = self.decode(&codes[start..])?;
+        let skip = (from - start) * pcm.len() / (codes.len() - start).max(1);
+        Ok(pcm[skip..].to_vec())
+    }
+
     /// `[1, frames, semantic_dim + n_acoustic]`: table rows | FSQ levels mapped to [-1, 1].
     fn latent(&self, codes: &[Vec<u32>]) -> T {
         let t = codes.len();

@@ -321,7 +321,7 @@ impl<T: Tensor> Voxtral<T> {
         let mut cache = self.backbone.new_cache(&self.device, self.dtype, capacity);
         let hidden = self
             .backbone
-            .forward(&self.embed_prompt(&ids, voice), &mut cache);
+            .forward(&self.embed_prompt(&ids, voice), &mut [&mut cache]);
         let last = hidden
             .narrow(1, ids.len() - 1, 1)
             .reshape(&[1, self.config.args.dim]);
@@ -345,6 +345,17 @@ impl<T: Tensor> Voxtral<T> {
     /// Decodes frames of codes (with their +2 offset, END excluded) to PCM.
     pub fn decode(&self, codes: &[Vec<u32>]) -> Result<Vec<f32>, CodecError> {
         self.codec.decode(codes)
+    }
+
+    /// Decodes the frames from `from` on, with enough earlier frames as context that the
+    /// result equals the same samples of a one-shot `decode` (streaming).
+    pub fn decode_tail(&self, codes: &[Vec<u32>], from: usize) -> Result<Vec<f32>, CodecError> {
+        self.codec.decode_tail(codes, from)
+    }
+
+    /// Frames of context `decode_tail` reads before its first new frame.
+    pub fn codec_context_frames(&self) -> usize {
+        self.codec.context_frames()
     }
 
     /// The next backbone input for a frame: the sum of its codes' audio embeddings.
@@ -408,32 +419,73 @@ pub struct Generation<'m, T: Tensor> {
 impl<T: Tensor> Generation<'_, T> {
     /// Generates the next frame's codes, or `None` once generation has stopped.
     pub fn next_frame(&mut self) -> Option<&[u32]> {
-        if self.stop.is_some() {
-            return None;
-        }
-        let m = self.model;
-        if !self.frames.is_empty() {
-            let started = Instant::now();
-            let input = m.embed_frame(self.frames.last().expect("non-empty"));
-            self.hidden = m
-                .backbone
-                .forward(&input, &mut self.cache)
-                .reshape(&[1, m.config.args.dim]);
-            self.times.backbone += started.elapsed();
-        }
+        let before = self.frames.len();
+        Generation::step_batch(&mut [&mut *self]);
+        (self.frames.len() > before).then(|| self.frames[before].as_slice())
+    }
+
+    /// Advances every running generation of `batch` by one frame, together: one batched
+    /// backbone step for those with a frame to feed back, one flow-head pass over all.
+    /// Stopped generations are skipped. All must come from the same model.
+    pub fn step_batch(batch: &mut [&mut Generation<'_, T>]) {
+        let mut active: Vec<&mut Generation<'_, T>> = batch
+            .iter_mut()
+            .filter(|g| g.stop.is_none())
+            .map(|g| &mut **g)
+            .collect();
+        let Some(first) = active.first() else { return };
+        let m = first.model;
+        assert!(
+            active.iter().all(|g| std::ptr::eq(g.model, m)),
+            "one model per batch"
+        );
+        let dim = m.config.args.dim;
+
         let started = Instant::now();
-        let noise = self.noise.next(m.flow.n_acoustic());
-        let frame = m.flow.sample(&self.hidden, &noise).pop().expect("one row");
-        self.times.flow_head += started.elapsed();
+        let inputs: Vec<T> = active
+            .iter()
+            .filter_map(|g| g.frames.last().map(|f| m.embed_frame(f)))
+            .collect();
+        if !inputs.is_empty() {
+            let x = T::cat(&inputs.iter().collect::<Vec<_>>(), 0);
+            let mut caches: Vec<&mut KvCache<T>> = active
+                .iter_mut()
+                .filter(|g| !g.frames.is_empty())
+                .map(|g| &mut g.cache)
+                .collect();
+            let hidden = m.backbone.forward(&x, &mut caches);
+            let elapsed = started.elapsed();
+            let feeding = active.iter_mut().filter(|g| !g.frames.is_empty());
+            for (row, g) in feeding.enumerate() {
+                g.hidden = hidden.narrow(0, row, 1).reshape(&[1, dim]);
+                g.times.backbone += elapsed;
+            }
+        }
+
+        let started = Instant::now();
+        let hidden = T::cat(&active.iter().map(|g| &g.hidden).collect::<Vec<_>>(), 0);
+        let width = m.flow.n_acoustic();
+        let noise: Vec<f32> = active
+            .iter_mut()
+            .flat_map(|g| g.noise.next(width))
+            .collect();
+        let frames = m.flow.sample(&hidden, &noise);
+        let elapsed = started.elapsed();
+        for (g, frame) in active.iter_mut().zip(frames) {
+            g.times.flow_head += elapsed;
+            g.accept(frame);
+        }
+    }
+
+    fn accept(&mut self, frame: Vec<u32>) {
         if frame[0] == END_AUDIO_CODE {
             self.stop = Some(StopReason::EndAudio);
-            return None;
+            return;
         }
         self.frames.push(frame);
         if self.frames.len() == self.max_frames {
             self.stop = Some(StopReason::MaxFrames);
         }
-        self.frames.last().map(Vec::as_slice)
     }
 
     /// Teacher forcing: the next step is fed `frame` instead of the last generated frame

@@ -1,0 +1,126 @@
+//! Incremental codec decoding: chunks decoded with left context and concatenated equal the
+//! one-shot decode (the codec is causal; its receptive field is about 20 frames).
+
+use voxtral_tts::model::{Noise, SynthesisRequest, Voxtral};
+use voxtral_tts::tensor::{tch_backend::TchTensor, DType};
+use voxtral_tts::testmodel::{cached_test_model, Preset};
+
+fn codes(model: &Voxtral<TchTensor>, frames: usize) -> Vec<Vec<u32>> {
+    // Random valid codes: more frames than a random model's synthesis reliably gives.
+    let cfg = &model.config.args.multimodal.audio_model_args;
+    let mut state = 12345u64;
+    let mut next = |n: usize| {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        2 + ((state >> 33) as usize % n) as u32
+    };
+    (0..frames)
+        .map(|_| {
+            let mut f = vec![next(cfg.semantic_codebook_size)];
+            f.extend((0..cfg.n_acoustic_codebook).map(|_| next(cfg.acoustic_codebook_size)));
+            f
+        })
+        .collect()
+}
+
+#[test]
+fn chunked_decode_equals_one_shot_for_several_chunk_sizes() {
+    let _guard = tch::no_grad_guard();
+    for preset in [Preset::Tiny, Preset::TinyOdd] {
+        let model = Voxtral::<TchTensor>::load(
+            &cached_test_model(preset, 0).unwrap(),
+            &tch::Device::Cpu,
+            DType::F32,
+        )
+        .unwrap();
+        let all = codes(&model, 90);
+        let one_shot = model.decode(&all).unwrap();
+        assert!(
+            model.codec_context_frames() >= 16,
+            "context {}",
+            model.codec_context_frames()
+        );
+        for chunk in [1, 3, 4, 8, 25, 40] {
+            let mut streamed = Vec::new();
+            let mut from = 0;
+            while from < all.len() {
+                let end = (from + chunk).min(all.len());
+                streamed.extend(model.decode_tail(&all[..end], from).unwrap());
+                from = end;
+            }
+            assert_eq!(streamed.len(), one_shot.len());
+            let diff = streamed
+                .iter()
+                .zip(&one_shot)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            assert!(
+                diff <= 1e-4,
+                "{preset:?} chunk {chunk}: max abs diff {diff}"
+            );
+        }
+    }
+}
+
+#[test]
+fn too_little_context_would_differ() {
+    // The equality above is not vacuous: decoding a chunk without its context changes it.
+    let _guard = tch::no_grad_guard();
+    let model = Voxtral::<TchTensor>::load(
+        &cached_test_model(Preset::Tiny, 0).unwrap(),
+        &tch::Device::Cpu,
+        DType::F32,
+    )
+    .unwrap();
+    let all = codes(&model, 60);
+    let one_shot = model.decode(&all).unwrap();
+    let alone = model.decode(&all[50..]).unwrap();
+    let spf = one_shot.len() / all.len();
+    let diff = alone
+        .iter()
+        .zip(&one_shot[50 * spf..])
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(
+        diff > 1e-3,
+        "context-free decode should differ, diff {diff}"
+    );
+}
+
+#[test]
+fn streamed_synthesis_matches_one_shot() {
+    let _guard = tch::no_grad_guard();
+    let model = Voxtral::<TchTensor>::load(
+        &cached_test_model(Preset::Tiny, 0).unwrap(),
+        &tch::Device::Cpu,
+        DType::F32,
+    )
+    .unwrap();
+    let request = SynthesisRequest {
+        text: "Streaming keeps the first sound early.".into(),
+        voice: "casual_male".into(),
+        max_frames: 40,
+        noise: Noise::Seeded {
+            seed: 0,
+            scale: 0.0,
+        },
+    };
+    let one_shot = model.start(&request).unwrap().finish().unwrap();
+    let mut generation = model.start(&request).unwrap();
+    let (mut streamed, mut decoded) = (Vec::new(), 0);
+    while generation.next_frame().is_some() {
+        if generation.frames().len() - decoded == 4 {
+            streamed.extend(model.decode_tail(generation.frames(), decoded).unwrap());
+            decoded = generation.frames().len();
+        }
+    }
+    streamed.extend(model.decode_tail(generation.frames(), decoded).unwrap());
+    assert_eq!(streamed.len(), one_shot.pcm.len());
+    let diff = streamed
+        .iter()
+        .zip(&one_shot.pcm)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(diff <= 1e-4, "max abs diff {diff}");
+}
