@@ -3,6 +3,7 @@
 
 use super::synth::parse_dtype;
 use crate::device::DeviceChoice;
+use crate::model::params::Config;
 use crate::model::{Noise, StageTimes, SynthesisRequest, Voxtral};
 use crate::tensor::tch_backend::TchTensor;
 use crate::tensor::DType;
@@ -113,5 +114,62 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "total      {step:.2} ms/frame over {frames} frames (real-time factor {:.3})",
         step / frame_ms
     );
+    let (backbone_bytes, flow_bytes) = weight_bytes_per_frame(&model.config, args.dtype);
+    let bandwidth = copy_bandwidth();
+    let floor = |bytes: f64| bytes / bandwidth * 1e3;
+    println!(
+        "bandwidth  {:.1} GB/s (large copy, bytes read + written)",
+        bandwidth / 1e9
+    );
+    println!(
+        "floor      backbone {:.1} ms ({:.2} GB), flow head {:.1} ms ({:.2} GB): measured/floor {:.2}x and {:.2}x",
+        floor(backbone_bytes),
+        backbone_bytes / 1e9,
+        floor(flow_bytes),
+        flow_bytes / 1e9,
+        per(total.backbone) / floor(backbone_bytes),
+        per(total.flow_head) / floor(flow_bytes),
+    );
     Ok(())
+}
+
+/// Weight bytes one frame must read: each backbone layer once; each flow-head layer once per
+/// Euler step (the two guidance rows share the read), its output projection per step, and the
+/// f32 semantic head once.
+fn weight_bytes_per_frame(cfg: &Config, dtype: DType) -> (f64, f64) {
+    let size = match dtype {
+        DType::BF16 => 2.0,
+        DType::F32 => 4.0,
+    };
+    let layer = |dim: usize, heads: usize, kv: usize, hd: usize, hidden: usize| {
+        (2 * dim * heads * hd + 2 * dim * kv * hd + 3 * dim * hidden + 2 * dim) as f64
+    };
+    let a = &cfg.args;
+    let backbone =
+        a.n_layers as f64 * layer(a.dim, a.n_heads, a.n_kv_heads, a.head_dim, a.hidden_dim) * size;
+    let f = cfg.flow();
+    let per_step = f.n_layers as f64
+        * layer(f.dim, f.n_heads, f.n_kv_heads, f.head_dim, f.hidden_dim)
+        + (2 * f.dim * cfg.audio_model().n_acoustic_codebook) as f64;
+    let flow = cfg.euler_steps as f64 * per_step * size
+        + (f.dim * f.input_dim) as f64 * size
+        + (cfg.semantic_head_rows * f.dim) as f64 * 4.0;
+    (backbone, flow)
+}
+
+/// Bytes per second of a large memory copy, counting bytes read and bytes written; best of 3.
+fn copy_bandwidth() -> f64 {
+    let len = 512 << 20;
+    let src = vec![1u8; len];
+    let mut dst = vec![0u8; len];
+    let best = (0..3)
+        .map(|_| {
+            let started = Instant::now();
+            dst.copy_from_slice(std::hint::black_box(&src));
+            started.elapsed()
+        })
+        .min()
+        .expect("three runs");
+    std::hint::black_box(&dst);
+    2.0 * len as f64 / best.as_secs_f64()
 }
