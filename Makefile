@@ -10,8 +10,9 @@ setup:
 build:
 	$(ENV) cargo build --release
 
+# Benches are compiled (not run) first, so the run ends on cargo test's summary.
 test:
-	$(ENV) scripts/lint-docker.sh && cargo test --all-targets
+	$(ENV) scripts/lint-docker.sh && cargo test --benches --no-run && cargo test --lib --bins --tests
 
 lint:
 	$(ENV) cargo fmt --all -- --check && cargo clippy --all-targets -- -D warnings
