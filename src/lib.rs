@@ -4,11 +4,15 @@
 //! - `tensor`: the small tensor interface the model is written against, and its backends.
 //! - `model`: loading the published model folder and running text -> codes -> PCM.
 //! - `testmodel`: random checkpoints in the published layout.
+//! - `infer`: the inference worker thread that owns the model, and its bounded job queue.
+//! - `config`: settings of the speech server (built-in defaults, file, environment, flags).
 //! - `cli`: the `voxtral-tts` command.
 
 pub mod audio;
 pub mod cli;
+pub mod config;
 pub mod device;
+pub mod infer;
 pub mod model;
 pub mod tensor;
 pub mod testmodel;

@@ -1,0 +1,380 @@
+//! Settings of `voxtral-tts serve`: `config/default.toml` (built in), then `--config FILE`,
+//! then `VOXTRAL_<KEY>` environment variables, then flags; later sources win.
+
+use crate::device::DeviceChoice;
+use crate::tensor::DType;
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The reference settings file, with every key and its documentation.
+pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+/// Environment variables `VOXTRAL_<KEY>` set the key `<key>`.
+pub const ENV_PREFIX: &str = "VOXTRAL_";
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Model folder; required, but may come from any source.
+    pub model: Option<PathBuf>,
+    pub model_id: String,
+    pub host: String,
+    pub port: u16,
+    #[serde(deserialize_with = "parse_with_from_str")]
+    pub device: DeviceChoice,
+    pub dtype: ComputeDType,
+    pub queue_capacity: usize,
+    pub max_input_chars: usize,
+    pub max_body_bytes: usize,
+    pub request_timeout_secs: u64,
+    pub shutdown_grace_secs: u64,
+    pub api_keys: ApiKeys,
+    #[serde(deserialize_with = "string_list")]
+    pub cors_origins: Vec<String>,
+    pub log_format: LogFormat,
+    /// Tests only: the worker panics on a request whose input is exactly this.
+    pub test_panic_on_input: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ComputeDType {
+    Bf16,
+    F32,
+}
+
+impl From<ComputeDType> for DType {
+    fn from(d: ComputeDType) -> DType {
+        match d {
+            ComputeDType::Bf16 => DType::BF16,
+            ComputeDType::F32 => DType::F32,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Bearer keys accepted on the API. `Debug` shows only how many there are, so a logged
+/// config never leaks one.
+#[derive(Clone, Default, Deserialize)]
+#[serde(transparent)]
+pub struct ApiKeys(#[serde(deserialize_with = "string_list")] Vec<String>);
+
+impl ApiKeys {
+    pub fn new(keys: Vec<String>) -> Self {
+        ApiKeys(keys)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn keys(&self) -> &[String] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ApiKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ApiKeys({} configured)", self.0.len())
+    }
+}
+
+/// Settings given as flags: only those present override the other sources.
+#[derive(Debug, Default, Serialize)]
+pub struct FlagOverrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Invalid(#[from] Box<figment::Error>),
+    #[error("no model folder: pass --model DIR or set {ENV_PREFIX}MODEL")]
+    NoModel,
+    #[error("{key} must be at least 1")]
+    Zero { key: &'static str },
+}
+
+impl ServerConfig {
+    /// Merges the built-in defaults, `file`, the process environment and `flags`.
+    pub fn load(file: Option<&Path>, flags: &FlagOverrides) -> Result<Self, ConfigError> {
+        Self::from_figment(Self::figment(file, flags))
+    }
+
+    pub fn figment(file: Option<&Path>, flags: &FlagOverrides) -> Figment {
+        let mut figment = Figment::from(Toml::string(DEFAULT_TOML));
+        if let Some(path) = file {
+            figment = figment.merge(Toml::file_exact(path));
+        }
+        // Only our keys: other VOXTRAL_* variables (VOXTRAL_DEPS of scripts/setup.sh) are not
+        // settings.
+        let keys = field_names::<ServerConfig>();
+        figment
+            .merge(Env::prefixed(ENV_PREFIX).filter(move |k| keys.iter().any(|field| k == *field)))
+            .merge(Serialized::defaults(flags))
+    }
+
+    pub fn from_figment(figment: Figment) -> Result<Self, ConfigError> {
+        let config: ServerConfig = figment.extract().map_err(Box::new)?;
+        if config.model.is_none() {
+            return Err(ConfigError::NoModel);
+        }
+        for (key, value) in [
+            ("queue_capacity", config.queue_capacity),
+            ("max_input_chars", config.max_input_chars),
+            ("max_body_bytes", config.max_body_bytes),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Zero { key });
+            }
+        }
+        Ok(config)
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_secs(self.request_timeout_secs)
+    }
+
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_secs(self.shutdown_grace_secs)
+    }
+}
+
+fn parse_with_from_str<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: FromStr,
+    T::Err: fmt::Display,
+{
+    String::deserialize(d)?.parse().map_err(de::Error::custom)
+}
+
+/// A list of strings given as a TOML array or as one comma-separated string (environment
+/// variables). An environment value that looks like a number or a boolean arrives typed, so
+/// those are taken as text too.
+fn string_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    struct ListVisitor;
+
+    impl<'de> Visitor<'de> for ListVisitor {
+        type Value = Vec<String>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a list of strings or a comma-separated string")
+        }
+
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
+            Ok(s.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect())
+        }
+
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            Ok(vec![v.to_string()])
+        }
+
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Ok(vec![v.to_string()])
+        }
+
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            Ok(vec![v.to_string()])
+        }
+
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+            Ok(vec![v.to_string()])
+        }
+
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(item) = seq.next_element::<String>()? {
+                out.push(item);
+            }
+            Ok(out)
+        }
+    }
+
+    d.deserialize_any(ListVisitor)
+}
+
+/// The field names serde's derive gives a struct, read by asking it to deserialize from a
+/// deserializer that records them: the one list of settings, with no copy to keep in sync.
+fn field_names<T: for<'de> Deserialize<'de>>() -> &'static [&'static str] {
+    struct FieldRecorder<'a>(&'a mut &'static [&'static str]);
+
+    impl<'de> Deserializer<'de> for FieldRecorder<'_> {
+        type Error = de::value::Error;
+
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(de::Error::custom("not a struct"))
+        }
+
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _name: &'static str,
+            fields: &'static [&'static str],
+            _visitor: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(de::Error::custom("fields recorded"))
+        }
+
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+            identifier ignored_any
+        }
+    }
+
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(FieldRecorder(&mut fields));
+    fields
+}
+
+#[cfg(test)]
+// figment's `Jail` fixes the closures' error type (figment::Error, which is large).
+#[allow(clippy::result_large_err)]
+mod tests {
+    use super::*;
+    use figment::Jail;
+
+    fn load_in(jail: &Jail, file: Option<&str>, flags: &FlagOverrides) -> ServerConfig {
+        let path = file.map(|text| {
+            jail.create_file("server.toml", text).unwrap();
+            jail.directory().join("server.toml")
+        });
+        ServerConfig::load(path.as_deref(), flags).unwrap()
+    }
+
+    #[test]
+    fn defaults_then_file_then_env_then_flags() {
+        Jail::expect_with(|jail| {
+            let flags = FlagOverrides {
+                model: Some("/flag/model".into()),
+                ..Default::default()
+            };
+            let c = load_in(jail, None, &flags);
+            assert_eq!((c.host.as_str(), c.port), ("127.0.0.1", 8000));
+            assert_eq!(c.max_input_chars, 4096);
+            assert_eq!(c.device, DeviceChoice::Auto);
+            assert!(c.api_keys.is_empty() && c.cors_origins.is_empty());
+
+            let file = "port = 9000\nqueue_capacity = 3\ndevice = \"cpu\"\nmodel = \"/file\"";
+            let c = load_in(jail, Some(file), &FlagOverrides::default());
+            assert_eq!((c.port, c.queue_capacity), (9000, 3));
+            assert_eq!(c.model.as_deref(), Some(Path::new("/file")));
+
+            jail.set_env("VOXTRAL_PORT", "9100");
+            jail.set_env("VOXTRAL_DEVICE", "cuda:1");
+            jail.set_env("VOXTRAL_LOG_FORMAT", "json");
+            let c = load_in(jail, Some(file), &FlagOverrides::default());
+            assert_eq!((c.port, c.device), (9100, DeviceChoice::Cuda(1)));
+            assert_eq!(c.log_format, LogFormat::Json);
+
+            let flags = FlagOverrides {
+                port: Some(9200),
+                host: Some("0.0.0.0".into()),
+                ..flags
+            };
+            let c = load_in(jail, Some(file), &flags);
+            assert_eq!((c.host.as_str(), c.port), ("0.0.0.0", 9200));
+            assert_eq!(c.model.as_deref(), Some(Path::new("/flag/model")));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn lists_from_env_are_comma_separated_and_keys_stay_text() {
+        Jail::expect_with(|jail| {
+            jail.set_env("VOXTRAL_MODEL", "/m");
+            jail.set_env("VOXTRAL_API_KEYS", "alpha, beta");
+            jail.set_env(
+                "VOXTRAL_CORS_ORIGINS",
+                "https://a.example,https://b.example",
+            );
+            let c = load_in(jail, None, &FlagOverrides::default());
+            assert_eq!(c.api_keys.keys(), ["alpha", "beta"]);
+            assert_eq!(c.cors_origins, ["https://a.example", "https://b.example"]);
+            assert_eq!(format!("{:?}", c.api_keys), "ApiKeys(2 configured)");
+
+            jail.set_env("VOXTRAL_API_KEYS", "12345");
+            let c = load_in(jail, None, &FlagOverrides::default());
+            assert_eq!(c.api_keys.keys(), ["12345"]);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn other_voxtral_variables_are_not_settings_but_unknown_file_keys_are_errors() {
+        Jail::expect_with(|jail| {
+            jail.set_env("VOXTRAL_MODEL", "/m");
+            jail.set_env("VOXTRAL_DEPS", "/opt/voxtral");
+            jail.set_env("VOXTRAL_CUDA", "1");
+            load_in(jail, None, &FlagOverrides::default());
+
+            jail.create_file("typo.toml", "queue_capacty = 3").unwrap();
+            let err = ServerConfig::load(
+                Some(&jail.directory().join("typo.toml")),
+                &FlagOverrides::default(),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains("queue_capacty"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn bad_values_are_errors() {
+        Jail::expect_with(|jail| {
+            jail.set_env("VOXTRAL_MODEL", "/m");
+            for (var, value, needle) in [
+                ("VOXTRAL_DEVICE", "gpu", "unknown device"),
+                ("VOXTRAL_LOG_FORMAT", "xml", "xml"),
+                ("VOXTRAL_QUEUE_CAPACITY", "0", "queue_capacity"),
+                ("VOXTRAL_PORT", "http", "PORT"),
+            ] {
+                jail.set_env(var, value);
+                let err = ServerConfig::load(None, &FlagOverrides::default())
+                    .unwrap_err()
+                    .to_string();
+                assert!(err.contains(needle), "{var}={value}: {err}");
+                std::env::remove_var(var);
+            }
+            std::env::remove_var("VOXTRAL_MODEL");
+            let err = ServerConfig::load(None, &FlagOverrides::default()).unwrap_err();
+            assert!(matches!(err, ConfigError::NoModel));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn every_field_is_documented_in_the_default_file() {
+        for key in field_names::<ServerConfig>() {
+            assert!(
+                DEFAULT_TOML.contains(&format!("\n{key} ="))
+                    || DEFAULT_TOML.contains(&format!("# {key} =")),
+                "config/default.toml does not document `{key}`"
+            );
+        }
+        assert!(field_names::<ServerConfig>().contains(&"queue_capacity"));
+    }
+}
