@@ -2,13 +2,18 @@
 SHELL := /bin/bash
 ENV := eval "$$(scripts/setup.sh --env)" &&
 
-.PHONY: setup build test lint bench
+.PHONY: setup build serve test lint bench
 
 setup:
 	@scripts/setup.sh
 
 build:
 	$(ENV) cargo build --release
+
+# make serve MODEL=DIR [ARGS="--host 0.0.0.0 --port 8000 --config FILE"]
+serve:
+	@[[ -n "$(MODEL)" ]] || { echo "usage: make serve MODEL=/path/to/model [ARGS='--port 8000']" >&2; exit 2; }
+	$(ENV) cargo run --release -- serve --model "$(MODEL)" $(ARGS)
 
 # Benches are compiled (not run) first, so the run ends on cargo test's summary.
 test:

@@ -5,6 +5,7 @@
 #     CUDA runtime set the CUDA kernels need (GPU hosts, the Docker image)
 #   - the reference tekken.json (tokenizer test vectors) into .deps/ref
 #   - cmake (bundled opus builds with it) and ffmpeg (decode checks in tests) when missing
+#   - the openai Python SDK (client of the server tests) into .deps/pyclient
 # Prints the environment to use: `eval "$(scripts/setup.sh --env)"`.
 # `--libtorch-only` skips what only the tests need (the Docker build uses it).
 set -euo pipefail
@@ -22,6 +23,8 @@ CUDA_GPU_NEEDS=(nvidia-cublas==13.1.0.3 nvidia-cufft==12.0.0.61 nvidia-cufile==1
 FLAVOR=cpu
 [[ ${VOXTRAL_CUDA:-0} == 1 ]] && FLAVOR=cuda
 MISTRAL_COMMON=1.13.1
+# The official SDK the server tests use as a client (tests/sdk/openai_client.py).
+OPENAI_SDK=3.52.0
 
 log() { echo "[setup] $*" >&2; }
 
@@ -73,10 +76,22 @@ install_system_packages() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >&2
 }
 
+# The server tests drive the server with the official openai SDK, kept out of the system
+# Python: tests put .deps/pyclient on PYTHONPATH.
+install_openai_sdk() {
+  local marker=$DEPS/pyclient/.complete
+  [[ -f $marker && $(cat "$marker") == "$OPENAI_SDK" ]] && return
+  log "installing the openai Python SDK $OPENAI_SDK into $DEPS/pyclient"
+  rm -rf "$DEPS/pyclient"
+  "$PY" -m pip install -q --no-compile --no-warn-conflicts --target "$DEPS/pyclient" "openai==$OPENAI_SDK" >&2
+  echo "$OPENAI_SDK" > "$marker"
+}
+
 install_libtorch
 if [[ " $* " != *" --libtorch-only "* ]]; then
   install_reference_tokenizer
   install_system_packages
+  install_openai_sdk
 fi
 if [[ " $* " == *" --env "* ]]; then
   echo "export LIBTORCH='$DEPS/py/torch'"

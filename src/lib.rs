@@ -5,7 +5,7 @@
 //! - `model`: loading the published model folder and running text -> codes -> PCM.
 //! - `testmodel`: random checkpoints in the published layout.
 //! - `infer`: the inference worker thread that owns the model, and its bounded job queue.
-//! - `config`: settings of the speech server (built-in defaults, file, environment, flags).
+//! - `server`: the OpenAI-compatible HTTP API (`voxtral-tts serve`); its settings in `config`.
 //! - `cli`: the `voxtral-tts` command.
 
 pub mod audio;
@@ -14,5 +14,6 @@ pub mod config;
 pub mod device;
 pub mod infer;
 pub mod model;
+pub mod server;
 pub mod tensor;
 pub mod testmodel;

@@ -2,6 +2,7 @@
 
 mod bench;
 mod download;
+mod serve;
 mod synth;
 
 use crate::testmodel::{make_test_model, Preset};
@@ -22,6 +23,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the OpenAI-compatible speech server (POST /v1/audio/speech).
+    Serve(serve::ServeArgs),
     /// Synthesize speech to a WAV file (16-bit PCM, mono, 24 kHz).
     Synth(synth::SynthArgs),
     /// List the preset voices of a model folder.
@@ -47,13 +50,18 @@ enum Command {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // The server sets up its own logs (format and level from its settings).
+    if !matches!(cli.command, Command::Serve(_)) {
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "warn".into()),
+            )
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let result = match cli.command {
+        Command::Serve(args) => serve::run(args),
         Command::Synth(args) => synth::run(args),
         Command::Voices { model } => synth::list_voices(&model),
         Command::Bench(args) => bench::run(args),

@@ -1,0 +1,233 @@
+//! The HTTP layer: OpenAI's speech API in front of the inference worker (`crate::infer`).
+//!
+//! A speech request's path: `layers` (request id, trace, CORS, metrics, error bodies, timeout,
+//! body limit) -> `drain` and `auth` (the /v1 routes) -> `routes::speech` -> `infer` queue and
+//! worker -> `audio` encoders -> response.
+
+mod auth;
+mod drain;
+mod error;
+mod json;
+mod metrics;
+mod openapi;
+mod routes;
+mod state;
+mod voice_catalog;
+
+pub use routes::speech::SEED_HEADER;
+
+use crate::config::ServerConfig;
+use crate::infer::{start_worker, EngineState, WorkerSettings};
+use anyhow::{anyhow, Context};
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, Request, StatusCode};
+use axum::middleware::{from_fn, from_fn_with_state};
+use axum::Router;
+use drain::Drain;
+use routes::{health, models, speech, voices};
+use state::AppState;
+use std::future::IntoFuture;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
+use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use utoipa::OpenApi as _;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use utoipa_swagger_ui::SwaggerUi;
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The OpenAI-compatible API: behind the API keys and refused while draining.
+fn v1_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(speech::create_speech))
+        .routes(routes!(voices::list_voices))
+        .routes(routes!(models::list_models))
+}
+
+/// Open to probes and scrapers.
+fn operations_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(health::health))
+        .routes(routes!(health::ready))
+        .routes(routes!(routes::metrics::metrics))
+}
+
+/// The OpenAPI document of every route.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .merge(v1_routes())
+        .merge(operations_routes())
+        .into_openapi()
+}
+
+fn router(state: AppState) -> Router {
+    let config = state.config.clone();
+    let v1: Router<AppState> = v1_routes()
+        .split_for_parts()
+        .0
+        .route_layer(from_fn_with_state(state.clone(), auth::require_api_key))
+        .route_layer(from_fn_with_state(
+            state.clone(),
+            drain::reject_while_draining,
+        ));
+    let operations: Router<AppState> = operations_routes().split_for_parts().0;
+    // Layers listed innermost first.
+    let app = Router::new()
+        .merge(v1)
+        .merge(operations)
+        .merge(SwaggerUi::new("/docs").url("/openapi.json", openapi()))
+        .fallback(error::not_found)
+        .layer(RequestBodyLimitLayer::new(config.max_body_bytes))
+        .layer(DefaultBodyLimit::disable())
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::GATEWAY_TIMEOUT,
+            config.request_timeout(),
+        ))
+        .layer(from_fn(error::openai_error_bodies))
+        .layer(from_fn(metrics::count_requests));
+    let app = match cors(&config.cors_origins) {
+        Some(cors) => app.layer(cors),
+        None => app,
+    };
+    app.layer(
+        TraceLayer::new_for_http()
+            .make_span_with(|request: &Request<_>| {
+                let id = request
+                    .headers()
+                    .get(&REQUEST_ID)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
+                tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), id)
+            })
+            .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
+    )
+    .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+    .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+    .with_state(state)
+}
+
+fn cors(origins: &[String]) -> Option<CorsLayer> {
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::from(Any)
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| o.parse().ok()))
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods(Any)
+            .allow_headers(Any)
+            .expose_headers([REQUEST_ID, HeaderName::from_static(SEED_HEADER)]),
+    )
+}
+
+/// Runs the server until SIGTERM or Ctrl-C (then drains) or until the model fails to load.
+pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
+    let metrics_handle = metrics::install_recorder().context("installing the metrics recorder")?;
+    tokio::spawn(metrics::run_upkeep(metrics_handle.clone()));
+    let model_dir = config
+        .model
+        .clone()
+        .ok_or_else(|| anyhow!("no model folder configured"))?;
+    let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port))
+        .await
+        .with_context(|| format!("binding {}:{}", config.host, config.port))?;
+    let (queue, engine, worker) = start_worker(
+        WorkerSettings {
+            model_dir,
+            device: config.device,
+            dtype: config.dtype.into(),
+            panic_on_input: config.test_panic_on_input.clone(),
+        },
+        config.queue_capacity,
+    )
+    .context("starting the inference worker")?;
+    tracing::info!("listening on http://{}", listener.local_addr()?);
+    let grace = config.shutdown_grace();
+    let state = AppState {
+        config: Arc::new(config),
+        queue,
+        engine: engine.clone(),
+        drain: Arc::new(Drain::default()),
+        metrics: metrics_handle,
+        started_at: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    };
+    let drain = state.drain.clone();
+    let signal_engine = engine.clone();
+    let (drained, drained_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
+        shutdown_trigger(signal_engine, &drain, grace).await;
+        let _ = drained.send(());
+    });
+    tokio::select! {
+        served = server.into_future() => served.context("serving HTTP")?,
+        // Connections still open after the drain (requests past the grace period) are cut.
+        _ = async {
+            let _ = drained_rx.await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        } => tracing::warn!("closing connections still open after the grace period"),
+    }
+    // The router, and with it every queue handle, is gone: the worker finishes and exits.
+    let final_state = engine.borrow().clone();
+    tokio::task::spawn_blocking(move || worker.join())
+        .await?
+        .map_err(|_| anyhow!("the inference worker thread panicked"))?;
+    match final_state {
+        EngineState::Failed(message) => Err(anyhow!("loading the model failed: {message}")),
+        _ => {
+            tracing::info!("stopped");
+            Ok(())
+        }
+    }
+}
+
+/// Resolves when the server should stop: after a termination signal and the drain, or at
+/// once when the model fails to load.
+async fn shutdown_trigger(
+    mut engine: watch::Receiver<EngineState>,
+    drain: &Drain,
+    grace: Duration,
+) {
+    tokio::select! {
+        () = termination_signal() => {}
+        _ = engine.wait_for(|s| matches!(s, EngineState::Failed(_))) => return,
+    }
+    drain.start();
+    tracing::info!(
+        in_flight = drain.in_flight(),
+        grace_secs = grace.as_secs(),
+        "draining"
+    );
+    if tokio::time::timeout(grace, drain.idle()).await.is_err() {
+        tracing::warn!(
+            in_flight = drain.in_flight(),
+            "grace period over with requests in flight"
+        );
+    }
+}
+
+#[cfg(unix)]
+async fn termination_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+#[cfg(not(unix))]
+async fn termination_signal() {
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,0 +1,7 @@
+//! One module per endpoint group; each handler carries its OpenAPI description.
+
+pub mod health;
+pub mod metrics;
+pub mod models;
+pub mod speech;
+pub mod voices;

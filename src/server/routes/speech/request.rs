@@ -1,0 +1,263 @@
+//! The body of `POST /v1/audio/speech` (OpenAI's fields plus two extensions) and its
+//! validation into a job for the worker.
+
+use crate::audio::AudioFormat;
+use crate::infer::ModelInfo;
+use crate::model::{Noise, SynthesisRequest, DEFAULT_MAX_FRAMES};
+use crate::server::error::ApiError;
+use crate::server::voice_catalog::{self, OPENAI_VOICES};
+use serde::Deserialize;
+use std::ops::RangeInclusive;
+use utoipa::ToSchema;
+
+/// OpenAI's range for `speed`.
+pub const SPEED_RANGE: RangeInclusive<f32> = 0.25..=4.0;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(example = json!({"model": "tts-1", "input": "Hello there!", "voice": "alloy"}))]
+pub struct SpeechRequest {
+    /// Any model name: this server serves one model, so `tts-1`, `tts-1-hd`,
+    /// `gpt-4o-mini-tts` and the id listed by /v1/models all mean it.
+    pub model: String,
+    /// The text to speak: 1 to 4096 characters (the limit is the `max_input_chars` setting).
+    pub input: String,
+    pub voice: VoiceChoice,
+    /// Accepted for compatibility and ignored: Voxtral has no instruction input. The
+    /// preset voice sets the style.
+    pub instructions: Option<String>,
+    /// Audio encoding of the response.
+    #[serde(default)]
+    pub response_format: ResponseFormat,
+    /// Playback speed, 0.25 to 4.0 (default 1.0), applied with a pitch-preserving time stretch.
+    #[schema(minimum = 0.25, maximum = 4.0, example = 1.0)]
+    pub speed: Option<f32>,
+    /// `audio` (default): the body is the audio file. `sse`: Server-Sent Events, OpenAI's
+    /// `speech.audio.delta` events with base64 audio, then `speech.audio.done` with usage.
+    /// Note: for now both are sent once synthesis has finished, not incrementally.
+    #[serde(default)]
+    pub stream_format: StreamFormat,
+    /// Extension: the sampling seed. The same request with the same seed gives the same
+    /// audio. Random when absent; the seed used is returned in the `x-voxtral-seed` header.
+    pub seed: Option<u64>,
+    /// Extension: the most frames to generate (80 ms of audio each), 1 to 2048 (the default).
+    #[schema(minimum = 1, maximum = 2048)]
+    pub max_frames: Option<usize>,
+}
+
+/// A voice name (a preset such as `fr_female`, or an OpenAI name such as `alloy`), or
+/// OpenAI's voice object `{"id": name}`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum VoiceChoice {
+    Name(String),
+    Object { id: String },
+}
+
+impl VoiceChoice {
+    fn name(&self) -> &str {
+        match self {
+            VoiceChoice::Name(name) | VoiceChoice::Object { id: name } => name,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ResponseFormat {
+    /// audio/mpeg
+    #[default]
+    Mp3,
+    /// Ogg Opus, audio/opus
+    Opus,
+    /// AAC-LC in ADTS, audio/aac
+    Aac,
+    /// audio/flac
+    Flac,
+    /// 16-bit PCM WAV, audio/wav
+    Wav,
+    /// Raw 16-bit little-endian mono samples at 24 kHz, audio/pcm
+    Pcm,
+}
+
+impl From<ResponseFormat> for AudioFormat {
+    fn from(f: ResponseFormat) -> AudioFormat {
+        match f {
+            ResponseFormat::Mp3 => AudioFormat::Mp3,
+            ResponseFormat::Opus => AudioFormat::Opus,
+            ResponseFormat::Aac => AudioFormat::Aac,
+            ResponseFormat::Flac => AudioFormat::Flac,
+            ResponseFormat::Wav => AudioFormat::Wav,
+            ResponseFormat::Pcm => AudioFormat::Pcm,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamFormat {
+    #[default]
+    Audio,
+    Sse,
+}
+
+/// A request that passed validation.
+pub struct Speech {
+    /// As requested (every name means the one model): for the logs.
+    pub model: String,
+    pub synthesis: SynthesisRequest,
+    pub format: AudioFormat,
+    pub speed: f32,
+    pub stream_format: StreamFormat,
+    pub seed: u64,
+}
+
+impl SpeechRequest {
+    /// Checks every field against the settings and the loaded model's voices.
+    pub fn validate(self, max_input_chars: usize, model: &ModelInfo) -> Result<Speech, ApiError> {
+        let chars = self.input.chars().count();
+        if chars == 0 {
+            return Err(ApiError::invalid("input", "'input' must not be empty."));
+        }
+        if chars > max_input_chars {
+            return Err(ApiError::invalid(
+                "input",
+                format!("'input' is {chars} characters long; the maximum is {max_input_chars}."),
+            ));
+        }
+        let voice = voice_catalog::resolve(self.voice.name(), &model.voices).ok_or_else(|| {
+            let openai: Vec<&str> = OPENAI_VOICES.iter().map(|(name, _)| *name).collect();
+            ApiError::invalid(
+                "voice",
+                format!(
+                    "Unknown voice '{}'. Use a preset ({}) or an OpenAI voice name ({}).",
+                    self.voice.name(),
+                    model.voices.join(", "),
+                    openai.join(", ")
+                ),
+            )
+        })?;
+        let format = AudioFormat::from(self.response_format);
+        if !format.is_supported() {
+            return Err(ApiError::invalid(
+                "response_format",
+                format!("'{format}' is not available in this build of the server."),
+            ));
+        }
+        let speed = self.speed.unwrap_or(1.0);
+        if !SPEED_RANGE.contains(&speed) {
+            return Err(ApiError::invalid(
+                "speed",
+                format!("'speed' must be between 0.25 and 4.0; got {speed}."),
+            ));
+        }
+        let max_frames = self.max_frames.unwrap_or(DEFAULT_MAX_FRAMES);
+        if !(1..=DEFAULT_MAX_FRAMES).contains(&max_frames) {
+            return Err(ApiError::invalid(
+                "max_frames",
+                format!(
+                    "'max_frames' must be between 1 and {DEFAULT_MAX_FRAMES}; got {max_frames}."
+                ),
+            ));
+        }
+        if self.instructions.is_some() {
+            tracing::debug!("'instructions' given: this model has no use for them");
+        }
+        let seed = self.seed.unwrap_or_else(rand::random);
+        Ok(Speech {
+            model: self.model,
+            synthesis: SynthesisRequest {
+                text: self.input,
+                voice: voice.to_string(),
+                max_frames,
+                noise: Noise::Seeded { seed, scale: 1.0 },
+            },
+            format,
+            speed,
+            stream_format: self.stream_format,
+            seed,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testmodel::PRESET_VOICES;
+    use axum::http::StatusCode;
+    use serde_json::json;
+
+    fn model() -> ModelInfo {
+        ModelInfo {
+            voices: PRESET_VOICES.iter().map(|s| s.to_string()).collect(),
+            sample_rate: 24_000,
+            device: "Cpu".into(),
+        }
+    }
+
+    fn validate(body: serde_json::Value) -> Result<Speech, ApiError> {
+        let request: SpeechRequest = serde_json::from_value(body).unwrap();
+        request.validate(10, &model())
+    }
+
+    fn param_of(body: serde_json::Value) -> String {
+        let e = validate(body).err().expect("invalid");
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        e.param.unwrap()
+    }
+
+    #[test]
+    fn defaults_follow_openai() {
+        let s = validate(json!({"model": "tts-1", "input": "Hi", "voice": "alloy"})).unwrap();
+        assert_eq!(s.format, AudioFormat::Mp3);
+        assert_eq!((s.speed, s.stream_format), (1.0, StreamFormat::Audio));
+        assert_eq!(s.synthesis.voice, "neutral_female");
+        assert_eq!(s.synthesis.max_frames, DEFAULT_MAX_FRAMES);
+    }
+
+    #[test]
+    fn extensions_and_voice_object() {
+        let s = validate(
+            json!({"model": "x", "input": "Hi", "voice": {"id": "fr_male"},
+            "seed": 7, "max_frames": 12, "response_format": "flac", "speed": 1.5,
+            "stream_format": "sse", "instructions": "whisper"}),
+        )
+        .unwrap();
+        assert_eq!((s.seed, s.synthesis.max_frames), (7, 12));
+        assert!(matches!(s.synthesis.noise, Noise::Seeded { seed: 7, scale } if scale == 1.0));
+        assert_eq!((s.format, s.speed), (AudioFormat::Flac, 1.5));
+        assert_eq!(s.synthesis.voice, "fr_male");
+        assert_eq!(s.stream_format, StreamFormat::Sse);
+    }
+
+    #[test]
+    fn input_length_counts_characters_not_bytes() {
+        let ok = "é".repeat(10);
+        assert!(validate(json!({"model": "x", "input": ok, "voice": "alloy"})).is_ok());
+        let long = "é".repeat(11);
+        assert_eq!(
+            param_of(json!({"model": "x", "input": long, "voice": "alloy"})),
+            "input"
+        );
+        assert_eq!(
+            param_of(json!({"model": "x", "input": "", "voice": "alloy"})),
+            "input"
+        );
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        let base = |field: &str, value: serde_json::Value| {
+            let mut body = json!({"model": "x", "input": "Hi", "voice": "alloy"});
+            body[field] = value;
+            param_of(body)
+        };
+        assert_eq!(base("voice", json!("robot")), "voice");
+        assert_eq!(base("speed", json!(4.5)), "speed");
+        assert_eq!(base("speed", json!(0.2)), "speed");
+        assert_eq!(base("max_frames", json!(0)), "max_frames");
+        assert_eq!(
+            base("max_frames", json!(DEFAULT_MAX_FRAMES + 1)),
+            "max_frames"
+        );
+    }
+}

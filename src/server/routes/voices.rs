@@ -1,0 +1,61 @@
+//! `GET /v1/audio/voices`: the model's preset voices with language, gender and the OpenAI
+//! names that map to each.
+
+use crate::server::error::{ApiError, ErrorResponse};
+use crate::server::state::AppState;
+use crate::server::voice_catalog::{aliases_of, preset_info};
+use axum::extract::State;
+use axum::Json;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+#[derive(Serialize, ToSchema)]
+pub struct VoiceList {
+    /// Always `list`.
+    object: &'static str,
+    data: Vec<Voice>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Voice {
+    /// The preset's name, usable as `voice`.
+    #[schema(example = "casual_female")]
+    name: String,
+    /// BCP 47 language code (null for a preset not named like the published ones).
+    #[schema(example = "en")]
+    language: Option<&'static str>,
+    #[schema(example = "English")]
+    language_name: Option<&'static str>,
+    /// `female` or `male`.
+    gender: Option<&'static str>,
+    /// OpenAI voice names that select this preset.
+    #[schema(example = json!(["shimmer", "marin"]))]
+    aliases: Vec<&'static str>,
+}
+
+#[utoipa::path(get, path = "/v1/audio/voices", tag = "audio", security(("api_key" = [])),
+    responses(
+        (status = 200, description = "The preset voices", body = VoiceList),
+        (status = 503, description = "The model is still loading", body = ErrorResponse),
+    ))]
+pub async fn list_voices(State(app): State<AppState>) -> Result<Json<VoiceList>, ApiError> {
+    let model = app.model()?;
+    let data = model
+        .voices
+        .iter()
+        .map(|name| {
+            let info = preset_info(name);
+            Voice {
+                name: name.clone(),
+                language: info.as_ref().map(|i| i.language),
+                language_name: info.as_ref().map(|i| i.language_name),
+                gender: info.as_ref().map(|i| i.gender),
+                aliases: aliases_of(name),
+            }
+        })
+        .collect();
+    Ok(Json(VoiceList {
+        object: "list",
+        data,
+    }))
+}

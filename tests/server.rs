@@ -1,0 +1,916 @@
+//! The speech server as clients see it: a real `voxtral-tts serve` process on a free port with
+//! a tiny random checkpoint, called over HTTP. Audio is decoded with ffmpeg (scripts/setup.sh
+//! installs it); one test drives the server with the official openai Python SDK.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+use voxtral_tts::testmodel::{cached_test_model, Preset};
+
+/// Samples per frame (80 ms at 24 kHz).
+const FRAME: usize = 1920;
+const OPENAI_VOICES: [&str; 13] = [
+    "alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse",
+    "marin", "cedar",
+];
+
+fn model() -> PathBuf {
+    cached_test_model(Preset::Tiny, 0).unwrap()
+}
+
+/// A `voxtral-tts serve` child process, killed when dropped.
+struct Server {
+    child: Child,
+    base: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// Starts a server on the tiny model with these `VOXTRAL_*` settings and waits until ready.
+    fn start(env: &[(&str, &str)]) -> Server {
+        let server = Server::spawn(&model(), &[], env);
+        server.wait_ready();
+        server
+    }
+
+    /// Starts a server and waits only until it listens (the model may still be loading).
+    fn spawn(model: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_voxtral-tts"));
+        cmd.args(["serve", "--port", "0", "--model"])
+            .arg(model)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (key, _) in std::env::vars() {
+            if key.starts_with("VOXTRAL_") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.envs(env.iter().copied());
+        let mut child = cmd.spawn().expect("spawn voxtral-tts serve");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (address_tx, address_rx) = mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(address) = line.split("listening on ").nth(1) {
+                    let _ = address_tx.send(address.trim().to_string());
+                }
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let base = address_rx
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|_| panic!("server did not start:\n{}", log.lock().unwrap()));
+        Server { child, base, log }
+    }
+
+    fn wait_ready(&self) {
+        self.wait_for("the server to be ready", || {
+            self.get("/ready").status == 200
+        });
+    }
+
+    fn wait_for(&self, what: &str, mut condition: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !condition() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn logs(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn get(&self, path: &str) -> Reply {
+        send(agent().get(&self.url(path)), None)
+    }
+
+    fn post_json(&self, path: &str, body: &Value) -> Reply {
+        let request = agent()
+            .post(&self.url(path))
+            .set("Content-Type", "application/json");
+        send(request, Some(body.to_string().as_bytes()))
+    }
+
+    fn speech(&self, body: Value) -> Reply {
+        self.post_json("/v1/audio/speech", &body)
+    }
+
+    fn metrics(&self) -> String {
+        String::from_utf8(self.get("/metrics").body).unwrap()
+    }
+
+    fn signal(&self, signal: &str) {
+        let ok = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {signal}");
+    }
+
+    fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server did not exit:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!("{e}: {}", String::from_utf8_lossy(&self.body));
+        })
+    }
+
+    /// Checks OpenAI's error shape and the status; returns (type, param, code).
+    fn error(&self, status: u16) -> (String, Option<String>, Option<String>) {
+        let body = self.json();
+        assert_eq!(self.status, status, "{body}");
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/json"),
+            "{body}"
+        );
+        let error = body["error"].as_object().expect("an `error` object");
+        let mut keys: Vec<&str> = error.keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(keys, ["code", "message", "param", "type"], "{body}");
+        assert!(!error["message"].as_str().unwrap().is_empty());
+        let text = |v: &Value| v.as_str().map(String::from);
+        (
+            text(&error["type"]).unwrap(),
+            text(&error["param"]),
+            text(&error["code"]),
+        )
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(300))
+        .build()
+}
+
+fn send(request: ureq::Request, body: Option<&[u8]>) -> Reply {
+    let result = match body {
+        Some(bytes) => request.send_bytes(bytes),
+        None => request.call(),
+    };
+    let response = match result {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("request failed: {e}"),
+    };
+    let headers = response
+        .headers_names()
+        .into_iter()
+        .map(|name| {
+            let value = response.header(&name).unwrap_or_default().to_string();
+            (name, value)
+        })
+        .collect();
+    let status = response.status();
+    let mut body = Vec::new();
+    response.into_reader().read_to_end(&mut body).unwrap();
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn speech_body(voice: &str, format: &str, seed: u64, frames: usize) -> Value {
+    json!({"model": "tts-1", "input": "Testing the speech server.", "voice": voice,
+        "response_format": format, "seed": seed, "max_frames": frames})
+}
+
+fn pcm_samples(reply: &Reply) -> Vec<i16> {
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    assert_eq!(reply.header("content-type"), Some("audio/pcm"));
+    reply
+        .body
+        .chunks_exact(2)
+        .map(|b| i16::from_le_bytes([b[0], b[1]]))
+        .collect()
+}
+
+/// The value of the first sample of `name` whose labels include all of `labels`.
+fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter(|line| {
+            line.starts_with(&format!("{name} ")) || line.starts_with(&format!("{name}{{"))
+        })
+        .find(|line| {
+            labels
+                .iter()
+                .all(|(k, v)| line.contains(&format!("{k}=\"{v}\"")))
+        })
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+}
+
+/// Decodes with ffmpeg at the file's own rate: (sample rate, channels, samples).
+fn decode(format: &str, bytes: &[u8]) -> (u32, u32, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(format!("clip.{format}"));
+    std::fs::write(&path, bytes).unwrap();
+    let probe = Command::new("ffprobe")
+        .args(["-v", "error", "-select_streams", "a:0", "-show_entries"])
+        .args(["stream=sample_rate,channels", "-of", "csv=p=0"])
+        .arg(&path)
+        .output()
+        .expect("ffprobe is needed (scripts/setup.sh installs ffmpeg)");
+    let probed = String::from_utf8_lossy(&probe.stdout);
+    let mut fields = probed.trim().split(',').map(|f| f.parse::<u32>().unwrap());
+    let (rate, channels) = (fields.next().unwrap(), fields.next().unwrap());
+    let out = Command::new("ffmpeg")
+        .args(["-nostdin", "-v", "error", "-i"])
+        .arg(&path)
+        .args(["-f", "s16le", "-acodec", "pcm_s16le", "-"])
+        .output()
+        .expect("ffmpeg is needed (scripts/setup.sh installs it)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.trim().is_empty(),
+        "{format}: {stderr}"
+    );
+    (rate, channels, out.stdout.len() / 2 / channels as usize)
+}
+
+#[test]
+fn every_format_decodes_to_the_synthesized_length_at_the_advertised_rate() {
+    let server = Server::start(&[]);
+    let reference = pcm_samples(&server.speech(speech_body("nova", "pcm", 5, 10)));
+    assert!(!reference.is_empty() && reference.len().is_multiple_of(FRAME));
+    assert!(reference.iter().any(|&s| s != 0), "silence");
+    // (format, Content-Type, decoded rate, codec frame, leading priming decoders keep)
+    let formats = [
+        ("mp3", "audio/mpeg", 24_000, 576, 0),
+        ("opus", "audio/opus", 48_000, 480, 0),
+        ("aac", "audio/aac", 24_000, 1024, 2048),
+        ("flac", "audio/flac", 24_000, 2048, 0),
+        ("wav", "audio/wav", 24_000, 1, 0),
+    ];
+    for (format, content_type, rate, frame, priming) in formats {
+        let reply = server.speech(speech_body("nova", format, 5, 10));
+        assert_eq!(reply.status, 200, "{format}");
+        assert_eq!(reply.header("content-type"), Some(content_type), "{format}");
+        let (decoded_rate, channels, samples) = decode(format, &reply.body);
+        assert_eq!((decoded_rate, channels), (rate, 1), "{format}");
+        let extra = samples as f64 * 24_000.0 / f64::from(rate) - reference.len() as f64;
+        // Nothing lost; at most one codec frame of padding (Ogg Opus trims exactly but
+        // decodes at 48 kHz, so allow a frame either way).
+        let lowest = if format == "opus" {
+            -(frame as f64)
+        } else {
+            0.0
+        };
+        assert!(
+            extra >= lowest && extra < (priming + frame) as f64,
+            "{format}: decoded {extra:+} samples @24k against the PCM's {}",
+            reference.len()
+        );
+    }
+    let mut default = speech_body("nova", "mp3", 5, 10);
+    default.as_object_mut().unwrap().remove("response_format");
+    let reply = server.speech(default);
+    assert_eq!(
+        reply.header("content-type"),
+        Some("audio/mpeg"),
+        "OpenAI's default is mp3"
+    );
+}
+
+#[test]
+fn speed_stretches_the_duration_not_the_pitch() {
+    let server = Server::start(&[]);
+    let with_speed = |speed: f64| {
+        let mut body = speech_body("echo", "pcm", 3, 8);
+        body["speed"] = json!(speed);
+        pcm_samples(&server.speech(body)).len()
+    };
+    let normal = with_speed(1.0);
+    assert_eq!(with_speed(2.0), normal / 2);
+    assert_eq!(with_speed(0.5), normal * 2);
+    assert_eq!(with_speed(4.0), normal / 4);
+    // Same sample rate throughout: a resampling speed-up would have changed the WAV header.
+    let mut wav = speech_body("echo", "wav", 3, 8);
+    wav["speed"] = json!(0.25);
+    let reply = server.speech(wav);
+    let (rate, _, samples) = decode("wav", &reply.body);
+    assert_eq!((rate, samples), (24_000, normal * 4));
+}
+
+#[test]
+fn openai_voice_names_select_their_presets() {
+    let server = Server::start(&[]);
+    let audio = |voice: Value| {
+        let mut body = speech_body("", "pcm", 2, 4);
+        body["voice"] = voice;
+        server.speech(body).body
+    };
+    let preset = audio(json!("neutral_female"));
+    assert_eq!(audio(json!("alloy")), preset);
+    assert_eq!(audio(json!({"id": "alloy"})), preset);
+    assert_eq!(audio(json!("Sage")), preset, "names are case-insensitive");
+    assert_ne!(audio(json!("onyx")), preset, "onyx is a male preset");
+    assert_eq!(audio(json!("onyx")), audio(json!("neutral_male")));
+
+    let voices = server.get("/v1/audio/voices").json();
+    let data = voices["data"].as_array().unwrap();
+    assert_eq!(data.len(), 20);
+    let mut aliases: Vec<&str> = data
+        .iter()
+        .flat_map(|v| v["aliases"].as_array().unwrap())
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    aliases.sort();
+    let mut expected = OPENAI_VOICES.to_vec();
+    expected.sort();
+    assert_eq!(
+        aliases, expected,
+        "each OpenAI name maps to exactly one preset"
+    );
+    let find = |name: &str| data.iter().find(|v| v["name"] == name).unwrap().clone();
+    assert_eq!(
+        find("neutral_female"),
+        json!({"name": "neutral_female", "language": "en", "language_name": "English",
+            "gender": "female", "aliases": ["alloy", "sage"]})
+    );
+    let hindi = find("hi_male");
+    assert_eq!(
+        (hindi["language"].as_str(), hindi["gender"].as_str()),
+        (Some("hi"), Some("male"))
+    );
+    assert_eq!(find("pt_female")["language_name"], "Portuguese");
+}
+
+#[test]
+fn a_seed_reproduces_the_audio_and_is_returned() {
+    let server = Server::start(&[]);
+    let first = server.speech(speech_body("coral", "wav", 42, 5));
+    assert_eq!(first.header("x-voxtral-seed"), Some("42"));
+    assert_eq!(
+        server.speech(speech_body("coral", "wav", 42, 5)).body,
+        first.body
+    );
+    assert_ne!(
+        server.speech(speech_body("coral", "wav", 43, 5)).body,
+        first.body
+    );
+
+    let mut unseeded = speech_body("coral", "wav", 0, 5);
+    unseeded.as_object_mut().unwrap().remove("seed");
+    let random = server.speech(unseeded);
+    let seed: u64 = random.header("x-voxtral-seed").unwrap().parse().unwrap();
+    assert_eq!(
+        server.speech(speech_body("coral", "wav", seed, 5)).body,
+        random.body
+    );
+}
+
+#[test]
+fn sse_stream_format_sends_openai_events() {
+    let server = Server::start(&[]);
+    let plain = server.speech(speech_body("verse", "pcm", 9, 12)).body;
+    let mut body = speech_body("verse", "pcm", 9, 12);
+    body["stream_format"] = json!("sse");
+    let reply = server.speech(body);
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("content-type"), Some("text/event-stream"));
+    let text = String::from_utf8(reply.body).unwrap();
+    let events: Vec<Value> = text
+        .split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(|e| serde_json::from_str(e.strip_prefix("data: ").expect("data: line")).unwrap())
+        .collect();
+    let (done, deltas) = events.split_last().unwrap();
+    assert!(!deltas.is_empty());
+    use base64::Engine;
+    let mut audio = Vec::new();
+    for delta in deltas {
+        assert_eq!(delta["type"], "speech.audio.delta");
+        let chunk = delta["audio"].as_str().unwrap();
+        audio.extend(
+            base64::engine::general_purpose::STANDARD
+                .decode(chunk)
+                .unwrap(),
+        );
+    }
+    assert_eq!(audio, plain, "the deltas carry the same audio");
+    assert_eq!(done["type"], "speech.audio.done");
+    let usage = &done["usage"];
+    assert_eq!(usage["output_tokens"], json!(plain.len() / 2 / FRAME));
+    assert!(usage["input_tokens"].as_u64().unwrap() > 2);
+    assert_eq!(
+        usage["total_tokens"].as_u64(),
+        Some(usage["input_tokens"].as_u64().unwrap() + usage["output_tokens"].as_u64().unwrap())
+    );
+}
+
+#[test]
+fn invalid_requests_get_openai_errors_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = dir.path().join("server.toml");
+    std::fs::write(&settings, "max_input_chars = 20\nmax_body_bytes = 2048\n").unwrap();
+    let server = Server::spawn(&model(), &["--config", settings.to_str().unwrap()], &[]);
+    server.wait_ready();
+    let valid = json!({"model": "tts-1", "input": "Hi", "voice": "alloy", "max_frames": 2});
+    let with = |field: &str, value: Value| {
+        let mut body = valid.clone();
+        body[field] = value;
+        body
+    };
+    let without = |field: &str| {
+        let mut body = valid.clone();
+        body.as_object_mut().unwrap().remove(field);
+        body
+    };
+    let cases = [
+        (without("input"), "input"),
+        (without("voice"), "voice"),
+        (without("model"), "model"),
+        (with("input", json!("")), "input"),
+        (with("input", json!("x".repeat(21))), "input"),
+        (with("input", json!(12)), "input"),
+        (with("voice", json!("robot")), "voice"),
+        (with("voice", json!(7)), "voice"),
+        (with("voice", json!({"name": "alloy"})), "voice"),
+        (with("response_format", json!("ogg")), "response_format"),
+        (with("speed", json!(4.01)), "speed"),
+        (with("speed", json!(0.2)), "speed"),
+        (with("speed", json!("fast")), "speed"),
+        (with("stream_format", json!("chunks")), "stream_format"),
+        (with("max_frames", json!(0)), "max_frames"),
+        (with("max_frames", json!(2049)), "max_frames"),
+        (with("seed", json!(-1)), "seed"),
+        (with("instructions", json!(["loud"])), "instructions"),
+    ];
+    for (body, field) in cases {
+        let reply = server.speech(body.clone());
+        let (kind, param, _) = reply.error(400);
+        assert_eq!(kind, "invalid_request_error", "{body}");
+        assert_eq!(param.as_deref(), Some(field), "{body}");
+    }
+    // Characters, not bytes: 20 two-byte characters are within the limit.
+    assert_eq!(
+        server.speech(with("input", json!("é".repeat(20)))).status,
+        200
+    );
+    assert_eq!(server.speech(with("speed", json!(0.25))).status, 200);
+
+    let raw = |content_type: Option<&str>, body: &str| {
+        let mut request = agent().post(&server.url("/v1/audio/speech"));
+        if let Some(ct) = content_type {
+            request = request.set("Content-Type", ct);
+        }
+        send(request, Some(body.as_bytes()))
+    };
+    let json = valid.to_string();
+    assert_eq!(
+        raw(None, &json).error(415).2.as_deref(),
+        Some("unsupported_media_type")
+    );
+    assert_eq!(
+        raw(Some("text/plain"), &json).error(415).0,
+        "invalid_request_error"
+    );
+    let form = raw(
+        Some("application/x-www-form-urlencoded"),
+        "input=Hi&voice=alloy",
+    );
+    form.error(415);
+    let (_, param, code) = raw(Some("application/json"), "{\"input\": ").error(422);
+    assert_eq!((param, code.as_deref()), (None, Some("invalid_json")));
+    raw(Some("application/json"), "input=Hi").error(422);
+    let big = json!({"model": "tts-1", "input": "x".repeat(3000), "voice": "alloy"}).to_string();
+    let (_, _, code) = raw(Some("application/json"), &big).error(413);
+    assert_eq!(code.as_deref(), Some("payload_too_large"));
+}
+
+#[test]
+fn unknown_paths_and_methods_get_404_and_405() {
+    let server = Server::start(&[]);
+    let (kind, _, code) = server.get("/v1/audio/transcriptions").error(404);
+    assert_eq!(
+        (kind.as_str(), code.as_deref()),
+        ("invalid_request_error", Some("not_found"))
+    );
+    server.get("/").error(404);
+    let reply = server.get("/v1/audio/speech");
+    assert_eq!(reply.error(405).2.as_deref(), Some("method_not_allowed"));
+    assert_eq!(reply.header("allow"), Some("POST"));
+    send(agent().delete(&server.url("/v1/models")), None).error(405);
+    let put = agent()
+        .put(&server.url("/health"))
+        .set("Content-Type", "application/json");
+    send(put, Some(b"{}")).error(405);
+}
+
+#[test]
+fn api_keys_guard_the_v1_routes_only() {
+    let server = Server::start(&[("VOXTRAL_API_KEYS", "first-key, second-key")]);
+    let (kind, _, code) = server.get("/v1/models").error(401);
+    assert_eq!(
+        (kind.as_str(), code.as_deref()),
+        ("authentication_error", Some("missing_api_key"))
+    );
+    let with_key = |key: &str| {
+        let request = agent()
+            .get(&server.url("/v1/models"))
+            .set("Authorization", &format!("Bearer {key}"));
+        send(request, None)
+    };
+    let wrong = with_key("first");
+    assert_eq!(wrong.error(401).2.as_deref(), Some("invalid_api_key"));
+    assert_eq!(wrong.header("www-authenticate"), Some("Bearer"));
+    assert_eq!(with_key("second-key").status, 200);
+    assert_eq!(with_key("first-key").status, 200);
+    let speech = agent()
+        .post(&server.url("/v1/audio/speech"))
+        .set("Content-Type", "application/json");
+    send(speech, Some(b"{}")).error(401);
+    for open in ["/health", "/ready", "/metrics", "/openapi.json"] {
+        assert_eq!(server.get(open).status, 200, "{open}");
+    }
+    let logs = server.logs();
+    assert!(
+        !logs.contains("first-key") && !logs.contains("second-key"),
+        "{logs}"
+    );
+}
+
+#[test]
+fn a_full_queue_gets_429_with_retry_after() {
+    let server = Server::start(&[("VOXTRAL_QUEUE_CAPACITY", "1")]);
+    // Long jobs, abandoned when the server is killed at the end: the threads get only the URL.
+    let start_long_job = || {
+        let url = server.url("/v1/audio/speech");
+        let body = speech_body("alloy", "pcm", 1, 2048).to_string();
+        std::thread::spawn(move || {
+            let request = agent().post(&url).set("Content-Type", "application/json");
+            let _ = request.send_string(&body);
+        });
+    };
+    let started = || metric(&server.metrics(), "voxtral_queue_wait_seconds_count", &[]);
+    // One job running, one waiting: the queue (capacity 1) is full.
+    start_long_job();
+    server.wait_for("the first job to start", || started() == Some(1.0));
+    start_long_job();
+    server.wait_for("a job to wait in the queue", || {
+        metric(&server.metrics(), "voxtral_queue_depth", &[]) == Some(1.0)
+    });
+    let reply = server.speech(speech_body("alloy", "pcm", 1, 2));
+    let (kind, _, code) = reply.error(429);
+    assert_eq!(
+        (kind.as_str(), code.as_deref()),
+        ("rate_limit_error", Some("queue_full"))
+    );
+    assert_eq!(reply.header("retry-after"), Some("1"));
+    let metrics = server.metrics();
+    let rejected = [("route", "/v1/audio/speech"), ("status", "429")];
+    assert_eq!(
+        metric(&metrics, "voxtral_http_requests_total", &rejected),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn a_panic_in_the_worker_fails_only_that_request() {
+    let server = Server::start(&[("VOXTRAL_TEST_PANIC_ON_INPUT", "please panic")]);
+    let mut body = speech_body("alloy", "wav", 1, 3);
+    body["input"] = json!("please panic");
+    let reply = server.speech(body);
+    let (kind, _, code) = reply.error(500);
+    assert_eq!(
+        (kind.as_str(), code.as_deref()),
+        ("server_error", Some("internal_error"))
+    );
+    assert!(String::from_utf8_lossy(&reply.body).contains("panicked"));
+    for _ in 0..2 {
+        assert_eq!(server.speech(speech_body("alloy", "wav", 1, 3)).status, 200);
+    }
+    let metrics = server.metrics();
+    let jobs = |outcome| metric(&metrics, "voxtral_jobs_total", &[("outcome", outcome)]);
+    assert_eq!(
+        (jobs("panicked"), jobs("completed")),
+        (Some(1.0), Some(2.0))
+    );
+}
+
+#[test]
+fn requests_get_503_until_the_model_is_loaded() {
+    // params.json is a FIFO: loading blocks reading it until the test writes the real file.
+    let tiny = model();
+    let dir = tempfile::tempdir().unwrap();
+    for entry in ["consolidated.safetensors", "tekken.json", "voice_embedding"] {
+        std::os::unix::fs::symlink(tiny.join(entry), dir.path().join(entry)).unwrap();
+    }
+    let fifo = dir.path().join("params.json");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let server = Server::spawn(dir.path(), &[], &[]);
+    assert_eq!(server.get("/health").status, 200);
+    assert_eq!(
+        server.get("/ready").error(503).2.as_deref(),
+        Some("model_loading")
+    );
+    let reply = server.speech(speech_body("alloy", "wav", 1, 2));
+    assert_eq!(reply.error(503).2.as_deref(), Some("model_loading"));
+    assert!(reply.header("retry-after").is_some());
+    server.get("/v1/audio/voices").error(503);
+    assert_eq!(
+        server.get("/v1/models").status,
+        200,
+        "the model list needs no model"
+    );
+    std::fs::write(&fifo, std::fs::read(tiny.join("params.json")).unwrap()).unwrap();
+    server.wait_ready();
+    assert_eq!(server.speech(speech_body("alloy", "wav", 1, 2)).status, 200);
+}
+
+#[test]
+fn a_model_that_fails_to_load_stops_the_server_with_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::spawn(&dir.path().join("missing"), &[], &[]);
+    let status = server.wait_exit();
+    assert!(!status.success());
+    let logs = server.logs();
+    let last = logs.trim().lines().last().unwrap();
+    assert!(
+        last.starts_with("error: loading the model failed") && last.contains("missing"),
+        "{logs}"
+    );
+}
+
+#[test]
+fn sigterm_finishes_in_flight_requests_and_refuses_new_ones() {
+    let mut server = Server::start(&[]);
+    let server_ref = &server;
+    let in_flight = std::thread::scope(|scope| {
+        let request = scope.spawn(|| server_ref.speech(speech_body("ash", "pcm", 4, 150)));
+        server_ref.wait_for("the job to start", || {
+            metric(
+                &server_ref.metrics(),
+                "voxtral_queue_wait_seconds_count",
+                &[],
+            ) == Some(1.0)
+        });
+        server_ref.signal("-TERM");
+        server_ref.wait_for("draining", || server_ref.get("/ready").status == 503);
+        let refused = server_ref.speech(speech_body("ash", "pcm", 4, 2));
+        assert_eq!(refused.error(503).2.as_deref(), Some("shutting_down"));
+        assert_eq!(server_ref.get("/health").status, 200);
+        request.join().unwrap()
+    });
+    assert_eq!(
+        pcm_samples(&in_flight).len(),
+        150 * FRAME,
+        "finished in full"
+    );
+    assert!(server.wait_exit().success(), "{}", server.logs());
+    assert!(server.logs().contains("draining"));
+}
+
+#[test]
+fn a_client_that_goes_away_cancels_its_job() {
+    let server = Server::start(&[]);
+    let impatient = ureq::AgentBuilder::new()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .post(&server.url("/v1/audio/speech"))
+        .set("Content-Type", "application/json");
+    let body = speech_body("fable", "pcm", 8, 2048).to_string();
+    assert!(
+        impatient.send_string(&body).is_err(),
+        "gave up after 500 ms"
+    );
+    let cancelled = || {
+        metric(
+            &server.metrics(),
+            "voxtral_jobs_total",
+            &[("outcome", "cancelled")],
+        )
+    };
+    server.wait_for("the job to be cancelled", || cancelled() == Some(1.0));
+    let frames = metric(&server.metrics(), "voxtral_frames_generated_total", &[]).unwrap();
+    assert!(frames < 2048.0, "stopped early: {frames} frames");
+    assert_eq!(server.speech(speech_body("fable", "pcm", 8, 3)).status, 200);
+}
+
+#[test]
+fn a_request_past_the_timeout_gets_504_and_its_job_stops() {
+    let server = Server::start(&[("VOXTRAL_REQUEST_TIMEOUT_SECS", "1")]);
+    let started = Instant::now();
+    let reply = server.speech(speech_body("fable", "pcm", 8, 2048));
+    assert_eq!(reply.error(504).2.as_deref(), Some("timeout"));
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let cancelled = || {
+        metric(
+            &server.metrics(),
+            "voxtral_jobs_total",
+            &[("outcome", "cancelled")],
+        )
+    };
+    server.wait_for("the job to be cancelled", || cancelled() == Some(1.0));
+}
+
+#[test]
+fn metrics_count_requests_frames_and_latencies() {
+    let server = Server::start(&[]);
+    assert_eq!(server.speech(speech_body("marin", "wav", 1, 6)).status, 200);
+    server.speech(speech_body("nobody", "wav", 1, 6)).error(400);
+    let text = server.metrics();
+    let speech = |status| {
+        let labels = [
+            ("route", "/v1/audio/speech"),
+            ("method", "POST"),
+            ("status", status),
+        ];
+        metric(&text, "voxtral_http_requests_total", &labels)
+    };
+    assert_eq!((speech("200"), speech("400")), (Some(1.0), Some(1.0)));
+    assert_eq!(
+        metric(&text, "voxtral_frames_generated_total", &[]),
+        Some(6.0)
+    );
+    assert_eq!(metric(&text, "voxtral_queue_depth", &[]), Some(0.0));
+    assert_eq!(metric(&text, "voxtral_queue_capacity", &[]), Some(16.0));
+    assert_eq!(metric(&text, "voxtral_model_loaded", &[]), Some(1.0));
+    let audio = metric(&text, "voxtral_audio_duration_seconds_sum", &[]).unwrap();
+    assert!((audio - 0.48).abs() < 1e-9, "6 frames of 80 ms: {audio}");
+    for histogram in [
+        "voxtral_real_time_factor",
+        "voxtral_time_to_first_audio_seconds",
+        "voxtral_queue_wait_seconds",
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {histogram} histogram")),
+            "{text}"
+        );
+        let count = metric(&text, &format!("{histogram}_count"), &[]);
+        assert_eq!(count, Some(1.0), "{histogram}");
+    }
+}
+
+#[test]
+fn models_health_docs_and_the_committed_openapi_document() {
+    let server = Server::start(&[("VOXTRAL_MODEL_ID", "voxtral-test")]);
+    assert_eq!(server.get("/health").json(), json!({"status": "ok"}));
+    assert_eq!(server.get("/ready").json(), json!({"status": "ready"}));
+    let models = server.get("/v1/models").json();
+    assert_eq!(models["object"], "list");
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        ["voxtral-test", "tts-1", "tts-1-hd", "gpt-4o-mini-tts"]
+    );
+    assert_eq!(models["data"][0]["object"], "model");
+
+    let committed =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi/openapi.json"))
+            .unwrap();
+    let committed: Value = serde_json::from_str(&committed).unwrap();
+    assert_eq!(server.get("/openapi.json").json(), committed);
+
+    // The docs page and its scripts come from the server itself (works offline).
+    let page = server.get("/docs/");
+    assert_eq!(page.status, 200);
+    assert!(String::from_utf8_lossy(&page.body).contains("swagger-ui"));
+    for asset in ["/docs/swagger-ui-bundle.js", "/docs/swagger-ui.css"] {
+        let reply = server.get(asset);
+        assert_eq!(reply.status, 200, "{asset}");
+        assert!(reply.body.len() > 10_000, "{asset}");
+    }
+}
+
+#[test]
+fn cors_and_request_ids() {
+    let server = Server::start(&[("VOXTRAL_CORS_ORIGINS", "https://app.example")]);
+    let preflight = agent()
+        .request("OPTIONS", &server.url("/v1/audio/speech"))
+        .set("Origin", "https://app.example")
+        .set("Access-Control-Request-Method", "POST")
+        .set(
+            "Access-Control-Request-Headers",
+            "authorization, content-type",
+        );
+    let reply = send(preflight, None);
+    assert_eq!(reply.status, 200);
+    assert_eq!(
+        reply.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    let from = |origin: &str| {
+        let request = agent().get(&server.url("/v1/models")).set("Origin", origin);
+        send(request, None)
+    };
+    assert_eq!(
+        from("https://app.example").header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    assert_eq!(
+        from("https://evil.example").header("access-control-allow-origin"),
+        None
+    );
+
+    let generated = server.get("/health");
+    let id = generated.header("x-request-id").expect("a request id");
+    assert_eq!(id.len(), 36, "a UUID: {id}");
+    let given = send(
+        agent()
+            .get(&server.url("/v1/models"))
+            .set("x-request-id", "trace-me-123"),
+        None,
+    );
+    assert_eq!(given.header("x-request-id"), Some("trace-me-123"));
+    server.wait_for("the id in the request's log span", || {
+        server.logs().contains("trace-me-123")
+    });
+}
+
+#[test]
+fn openai_python_sdk_works_unchanged() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let sdk = root.join(".deps/pyclient");
+    assert!(
+        sdk.join("openai").is_dir(),
+        "the openai SDK is missing from {}: run scripts/setup.sh",
+        sdk.display()
+    );
+    let server = Server::start(&[("VOXTRAL_API_KEYS", "sdk-test-key")]);
+    let out = Command::new("python3")
+        .arg(root.join("tests/sdk/openai_client.py"))
+        .env("PYTHONPATH", &sdk)
+        .env("SERVER_BASE_URL", &server.base)
+        .env("SERVER_API_KEY", "sdk-test-key")
+        .output()
+        .expect("python3 is needed for the SDK test");
+    assert!(
+        out.status.success(),
+        "SDK client failed:\n{}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        server.logs()
+    );
+}
