@@ -15,7 +15,7 @@ pub struct SpeechJob {
 }
 
 /// What the worker reports, in this order: `Started`, `Audio` chunks, then `Done` or
-/// `Failed` (a failure may also come before `Started` when the job never ran).
+/// `Failed`. A job cancelled while queued reports nothing.
 #[derive(Debug)]
 pub enum JobEvent {
     /// The worker took the job off the queue after it waited `queued`.

@@ -14,8 +14,6 @@ mod routes;
 mod state;
 mod voice_catalog;
 
-pub use routes::speech::SEED_HEADER;
-
 use crate::config::ServerConfig;
 use crate::infer::{start_worker, EngineState, WorkerSettings};
 use anyhow::{anyhow, Context};
@@ -24,6 +22,7 @@ use axum::http::{HeaderName, Request, StatusCode};
 use axum::middleware::{from_fn, from_fn_with_state};
 use axum::Router;
 use drain::Drain;
+use routes::speech::SEED_HEADER;
 use routes::{health, models, speech, voices};
 use state::AppState;
 use std::future::IntoFuture;

@@ -179,9 +179,10 @@ async fn collect_audio(
             }
             JobEvent::Audio(chunk) => pcm.extend(chunk),
             JobEvent::Done(summary) => return Ok((pcm, summary)),
-            JobEvent::Failed(JobError::Synthesis(e @ SynthError::TooLong { .. })) => {
-                return Err(ApiError::invalid("input", e.to_string()))
-            }
+            // Limits only the tokenizer can check: the text's fault, not the server's.
+            JobEvent::Failed(JobError::Synthesis(
+                e @ (SynthError::TooLong { .. } | SynthError::EmptyText),
+            )) => return Err(ApiError::invalid("input", e.to_string())),
             JobEvent::Failed(e) => {
                 return Err(ApiError::internal(format!("Synthesis failed: {e}")))
             }

@@ -47,7 +47,10 @@ pub struct SpeechRequest {
 /// A voice name (a preset such as `fr_female`, or an OpenAI name such as `alloy`), or
 /// OpenAI's voice object `{"id": name}`.
 #[derive(Debug, Deserialize, ToSchema)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "expected a voice name or an object {\"id\": name}"
+)]
 pub enum VoiceChoice {
     Name(String),
     Object { id: String },
