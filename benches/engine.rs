@@ -18,6 +18,16 @@ fn tokenizer(c: &mut Criterion) {
     });
 }
 
+fn text_front_end(c: &mut Criterion) {
+    use voxtral_tts::text::{normalize, split_segments, NormalizeOptions, DEFAULT_SEGMENT_CHARS};
+    let plain =
+        "The quick **brown** fox jumps over https://example.com/lazy?dog=1, again. ".repeat(1400);
+    let opts = NormalizeOptions::default();
+    c.bench_function("text/normalize + split 100k chars", |b| {
+        b.iter(|| split_segments(&normalize(black_box(&plain), &opts), DEFAULT_SEGMENT_CHARS))
+    });
+}
+
 fn frames(c: &mut Criterion) {
     let _guard = tch::no_grad_guard();
     let dir = cached_test_model(Preset::Tiny, 0).unwrap();
@@ -51,5 +61,5 @@ fn frames(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, tokenizer, frames);
+criterion_group!(benches, tokenizer, text_front_end, frames);
 criterion_main!(benches);

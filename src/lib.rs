@@ -3,9 +3,10 @@
 //! - `audio`: PCM -> wav, pcm, mp3, flac, opus, aac (one-shot and streaming).
 //! - `tensor`: the small tensor interface the model is written against, and its backends.
 //! - `model`: loading the published model folder and running text -> codes -> PCM.
+//! - `text`: input normalization and sentence splitting before tokenization.
 //! - `testmodel`: random checkpoints in the published layout.
 //! - `infer`: the inference worker thread that owns the model, and its bounded job queue.
-//! - `server`: the OpenAI-compatible HTTP API (`voxtral-tts serve`); its settings in `config`.
+//! - `server`: the OpenAI-compatible HTTP API (`voxtral-tts serve`), settings in `config`.
 //! - `cli`: the `voxtral-tts` command.
 
 pub mod audio;
@@ -17,3 +18,4 @@ pub mod model;
 pub mod server;
 pub mod tensor;
 pub mod testmodel;
+pub mod text;

@@ -1,0 +1,1677 @@
+//! Text normalization before tokenization.
+//!
+//! [`normalize`] runs up to five passes, in this order (each one documented on its
+//! function and, with examples, in `docs/text.md`):
+//!
+//! 1. characters ([`clean_chars`]): always; line separators become `\n`, control
+//!    characters go, Unicode spaces become `' '`; with [`NormalizeOptions::invisible`]
+//!    also zero-width, bidi and other invisible format characters;
+//! 2. markdown ([`NormalizeOptions::markdown`]): markup is removed, its text kept;
+//! 3. URLs ([`NormalizeOptions::urls`]): a bare URL becomes its host name;
+//! 4. line breaks ([`NormalizeOptions::line_breaks`]): a single newline becomes a
+//!    space, a blank line a sentence break;
+//! 5. spaces: always; runs of spaces collapse to one, the ends are trimmed.
+//!
+//! Every pass is linear in the input (no backtracking regex, no quadratic scans), works
+//! on any `&str` and never panics.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+/// Which optional normalization passes [`normalize`] runs. All on by default.
+///
+/// Control characters, line-separator canonicalization and space collapsing are not
+/// optional: they run whatever these flags say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NormalizeOptions {
+    /// Remove invisible format characters: zero-width space, BOM, bidi controls, soft
+    /// hyphen, word joiner, stray emoji tag characters, U+FFFD, noncharacters; keep
+    /// ZWJ/ZWNJ only between two non-ASCII characters.
+    pub invisible: bool,
+    /// Single newline -> space; blank line -> sentence break (terminal punctuation is
+    /// added to the paragraph before it when missing).
+    pub line_breaks: bool,
+    /// Strip markdown and HTML markup, keeping the text it marks up.
+    pub markdown: bool,
+    /// Replace bare URLs (`http(s)://`, `ftp://`, `www.`) by their host name.
+    pub urls: bool,
+}
+
+impl Default for NormalizeOptions {
+    fn default() -> Self {
+        Self::ALL
+    }
+}
+
+impl NormalizeOptions {
+    /// Every pass on (the default).
+    pub const ALL: Self = Self {
+        invisible: true,
+        line_breaks: true,
+        markdown: true,
+        urls: true,
+    };
+    /// Every optional pass off: only control characters, line separators and spaces are
+    /// normalized.
+    pub const NONE: Self = Self {
+        invisible: false,
+        line_breaks: false,
+        markdown: false,
+        urls: false,
+    };
+}
+
+/// Normalizes `text` for speech with the passes selected in `opts` (see the module
+/// documentation and `docs/text.md`).
+pub fn normalize(text: &str, opts: &NormalizeOptions) -> String {
+    let mut s = clean_chars(text, opts.invisible);
+    if opts.markdown {
+        s = strip_markdown(&s);
+    }
+    if opts.urls {
+        s = speak_urls(&s);
+    }
+    if opts.line_breaks {
+        s = join_lines(&s);
+    }
+    collapse_spaces(&s)
+}
+
+// ---------------------------------------------------------------------------------------
+// Pass 1: characters
+// ---------------------------------------------------------------------------------------
+
+/// What [`clean_chars`] does with one character when `invisible` is on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Invisible {
+    Keep,
+    Remove,
+    /// ZWNJ / ZWJ: kept between two non-ASCII, non-space characters.
+    Joiner,
+    /// Emoji tag characters U+E0020..=U+E007F: kept right after U+1F3F4 or another tag.
+    Tag,
+}
+
+fn classify_invisible(c: char) -> Invisible {
+    match c {
+        '\u{200C}' | '\u{200D}' => Invisible::Joiner,
+        '\u{E0020}'..='\u{E007F}' => Invisible::Tag,
+        '\u{00AD}'                       // soft hyphen
+        | '\u{034F}'                     // combining grapheme joiner
+        | '\u{061C}'                     // Arabic letter mark
+        | '\u{180E}'                     // Mongolian vowel separator
+        | '\u{200B}'                     // zero-width space
+        | '\u{200E}' | '\u{200F}'        // LRM, RLM
+        | '\u{202A}'..='\u{202E}'        // bidi embeddings and overrides
+        | '\u{2060}'..='\u{2064}'        // word joiner, invisible math operators
+        | '\u{2066}'..='\u{206F}'        // bidi isolates, deprecated format characters
+        | '\u{3164}' | '\u{FFA0}'        // Hangul fillers
+        | '\u{FEFF}'                     // BOM / zero-width no-break space
+        | '\u{FFF9}'..='\u{FFFB}'        // interlinear annotation
+        | '\u{FFFD}'                     // replacement character (invalid UTF-8)
+        | '\u{FDD0}'..='\u{FDEF}'        // noncharacters
+        | '\u{1BCA0}'..='\u{1BCA3}'      // shorthand format controls
+        | '\u{1D173}'..='\u{1D17A}'      // musical symbol format controls
+        | '\u{E0001}' => Invisible::Remove, // language tag
+        c if (c as u32) & 0xFFFE == 0xFFFE => Invisible::Remove, // U+xFFFE, U+xFFFF
+        _ => Invisible::Keep,
+    }
+}
+
+/// Unicode space separators (Zs) other than U+0020.
+fn is_unicode_space(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00A0}' | '\u{1680}' | '\u{2000}'..='\u{200A}' | '\u{202F}' | '\u{205F}' | '\u{3000}'
+    )
+}
+
+/// Pass 1. Always: CR LF, CR, NEL, VT, FF and U+2028 become `\n`, U+2029 (paragraph
+/// separator) becomes a blank line, tab and Unicode spaces (NBSP, U+2000..U+200A, U+3000,
+/// ...) become `' '`, and every other control character (C0, DEL, C1, NUL included) is
+/// removed. With `invisible`, also the invisible characters listed on
+/// [`NormalizeOptions::invisible`] (details in `docs/text.md`).
+pub fn clean_chars(text: &str, invisible: bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut prev: Option<char> = None;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        let emit = match c {
+            '\r' => {
+                if chars.peek() == Some(&'\n') {
+                    chars.next();
+                }
+                '\n'
+            }
+            '\n' | '\u{0B}' | '\u{0C}' | '\u{85}' | '\u{2028}' => '\n',
+            '\u{2029}' => {
+                out.push('\n');
+                '\n'
+            }
+            '\t' => ' ',
+            c if c.is_control() => continue,
+            c if is_unicode_space(c) => ' ',
+            c if invisible => match classify_invisible(c) {
+                Invisible::Keep => c,
+                Invisible::Remove => continue,
+                Invisible::Joiner => {
+                    let joinable = |x: Option<char>| {
+                        x.is_some_and(|x| {
+                            !x.is_ascii()
+                                && !x.is_whitespace()
+                                && !matches!(x, '\u{200C}' | '\u{200D}')
+                        })
+                    };
+                    if joinable(prev) && joinable(chars.peek().copied()) {
+                        c
+                    } else {
+                        continue;
+                    }
+                }
+                Invisible::Tag => {
+                    if matches!(prev, Some('\u{1F3F4}' | '\u{E0020}'..='\u{E007E}')) {
+                        c
+                    } else {
+                        continue;
+                    }
+                }
+            },
+            c => c,
+        };
+        out.push(emit);
+        prev = Some(emit);
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------
+// Pass 2: markdown
+// ---------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BlockKind {
+    /// Paragraph text; following plain lines continue it.
+    Para,
+    /// List item; following plain lines continue it.
+    Item,
+    /// Heading or table row: one line, never continued.
+    Line,
+    /// Fenced code: lines kept verbatim, no inline processing.
+    Code,
+}
+
+struct Block {
+    kind: BlockKind,
+    lines: Vec<String>,
+}
+
+static LIST_ITEM: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^\s*(?:([-*+•])|(\d{1,9}[.)]))[ \t]+(?:\[[ xX]\][ \t]+)?").expect("valid regex")
+});
+static LINK_DEF: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r#"^ {0,3}\[[^\]]+\]:[ \t]*<?((?:[A-Za-z][A-Za-z0-9+.-]*:|www\.|/|#)[^\s>]*)>?(?:[ \t]+(?:"[^"]*"|'[^']*'|\([^)]*\)))?[ \t]*$"#,
+    )
+    .expect("valid regex")
+});
+static FOOTNOTE_DEF: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^ {0,3}\[\^[^\]\s]+\]:[ \t]*").expect("valid regex"));
+
+/// Pass 2: markdown and HTML markup.
+///
+/// Block level, line by line: code fences (```` ``` ```` / `~~~`) are dropped and the code
+/// between them kept verbatim; `#` heading markers (and closing `#`s), blockquote `>`
+/// markers, `-`/`*`/`+`/`•` bullets, task-list boxes, setext underlines (`===`, `---`),
+/// thematic breaks (`***`, `---`, `___`), table separator rows and link reference
+/// definitions are removed; table rows become their cells joined by `", "`; ordered-list
+/// numbers (`1.`) are kept (they are often real content). Headings, list items, table
+/// rows and code blocks each become a paragraph of their own, so the line-break pass ends
+/// them with a sentence break.
+///
+/// Inline, outside code: see [`strip_inline`].
+pub fn strip_markdown(text: &str) -> String {
+    let lines: Vec<&str> = text.split('\n').collect();
+    let mut blocks: Vec<Block> = Vec::new();
+    let mut open = false; // whether the last block takes continuation lines
+    let mut fence: Option<(char, usize)> = None;
+    let mut in_table = false;
+    for (idx, raw) in lines.iter().enumerate() {
+        if let Some((fc, flen)) = fence {
+            if is_fence_close(raw, fc, flen) {
+                fence = None;
+                open = false;
+            } else if let Some(b) = blocks.last_mut() {
+                b.lines.push(raw.to_string());
+            }
+            continue;
+        }
+        if let Some((fc, flen)) = fence_open(raw) {
+            fence = Some((fc, flen));
+            blocks.push(Block {
+                kind: BlockKind::Code,
+                lines: Vec::new(),
+            });
+            open = false;
+            in_table = false;
+            continue;
+        }
+        let line = strip_quote_markers(raw);
+        let trimmed = line.trim();
+        if trimmed.is_empty() || is_thematic_or_setext(trimmed) {
+            open = false;
+            in_table = false;
+            continue;
+        }
+        if is_table_separator(trimmed) {
+            in_table = true;
+            open = false;
+            continue;
+        }
+        if trimmed.contains('|') {
+            let next_is_sep = lines
+                .get(idx + 1)
+                .is_some_and(|n| is_table_separator(strip_quote_markers(n).trim()));
+            let piped = trimmed.len() > 1 && trimmed.starts_with('|') && trimmed.ends_with('|');
+            if in_table || next_is_sep || piped {
+                in_table = true;
+                open = false;
+                let row = table_row(trimmed);
+                if !row.is_empty() {
+                    blocks.push(Block {
+                        kind: BlockKind::Line,
+                        lines: vec![row],
+                    });
+                }
+                continue;
+            }
+        }
+        in_table = false;
+        if let Some(h) = atx_heading(line) {
+            blocks.push(Block {
+                kind: BlockKind::Line,
+                lines: vec![h.to_string()],
+            });
+            open = false;
+            continue;
+        }
+        if LINK_DEF.is_match(line) {
+            continue;
+        }
+        if let Some(m) = FOOTNOTE_DEF.find(line) {
+            blocks.push(Block {
+                kind: BlockKind::Para,
+                lines: vec![line[m.end()..].to_string()],
+            });
+            open = true;
+            continue;
+        }
+        if let Some(caps) = LIST_ITEM.captures(line) {
+            let whole = caps.get(0).map_or(0, |m| m.end());
+            let item = match caps.get(2) {
+                // Ordered: keep the number, drop only the task box.
+                Some(num) => format!("{} {}", num.as_str(), &line[whole..]),
+                None => line[whole..].to_string(),
+            };
+            blocks.push(Block {
+                kind: BlockKind::Item,
+                lines: vec![item],
+            });
+            open = true;
+            continue;
+        }
+        match blocks.last_mut() {
+            Some(b) if open && matches!(b.kind, BlockKind::Para | BlockKind::Item) => {
+                b.lines.push(line.to_string())
+            }
+            _ => {
+                blocks.push(Block {
+                    kind: BlockKind::Para,
+                    lines: vec![line.to_string()],
+                });
+                open = true;
+            }
+        }
+    }
+
+    let mut out = String::with_capacity(text.len());
+    for b in &blocks {
+        let body = b.lines.join("\n");
+        let body = if b.kind == BlockKind::Code {
+            body
+        } else {
+            strip_inline(&body)
+        };
+        if body.trim().is_empty() {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str("\n\n");
+        }
+        out.push_str(&body);
+    }
+    out
+}
+
+/// Removes up to three leading spaces and a `>` marker, repeatedly (nested quotes).
+fn strip_quote_markers(line: &str) -> &str {
+    let mut l = line;
+    loop {
+        let t = l.trim_start_matches(' ');
+        if l.len() - t.len() <= 3 {
+            if let Some(rest) = t.strip_prefix('>') {
+                l = rest.strip_prefix(' ').unwrap_or(rest);
+                continue;
+            }
+        }
+        return l;
+    }
+}
+
+fn fence_open(line: &str) -> Option<(char, usize)> {
+    let t = line.trim_start_matches(' ');
+    if line.len() - t.len() > 3 {
+        return None;
+    }
+    let fc = t.chars().next().filter(|c| *c == '`' || *c == '~')?;
+    let n = t.chars().take_while(|c| *c == fc).count();
+    if n < 3 {
+        return None;
+    }
+    // A backtick fence's info string may not contain backticks.
+    if fc == '`' && t[n..].contains('`') {
+        return None;
+    }
+    Some((fc, n))
+}
+
+fn is_fence_close(line: &str, fc: char, flen: usize) -> bool {
+    let t = line.trim();
+    t.chars().count() >= flen && t.chars().all(|c| c == fc)
+}
+
+/// `***`, `- - -`, `___` (thematic breaks) and `===` / `---` (setext underlines).
+fn is_thematic_or_setext(t: &str) -> bool {
+    let Some(first) = t.chars().next() else {
+        return false;
+    };
+    if !matches!(first, '*' | '-' | '_' | '=') {
+        return false;
+    }
+    let mut n = 0;
+    for c in t.chars() {
+        if c == first {
+            n += 1;
+        } else if c != ' ' && c != '\t' {
+            return false;
+        }
+    }
+    n >= 3
+}
+
+fn is_table_separator(t: &str) -> bool {
+    t.contains('|')
+        && t.contains('-')
+        && t.chars().all(|c| matches!(c, '|' | '-' | ':' | ' ' | '\t'))
+}
+
+/// Table row -> non-empty cells joined by `", "` (`\|` is a literal pipe).
+fn table_row(t: &str) -> String {
+    let t = t.strip_prefix('|').unwrap_or(t);
+    let t = if t.ends_with('|') && !t.ends_with("\\|") {
+        &t[..t.len() - 1]
+    } else {
+        t
+    };
+    let mut cells: Vec<String> = Vec::new();
+    let mut cur = String::new();
+    let mut chars = t.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&'|') => {
+                cur.push('|');
+                chars.next();
+            }
+            '|' => cells.push(std::mem::take(&mut cur)),
+            c => cur.push(c),
+        }
+    }
+    cells.push(cur);
+    let cells: Vec<&str> = cells
+        .iter()
+        .map(|c| c.trim())
+        .filter(|c| !c.is_empty())
+        .collect();
+    cells.join(", ")
+}
+
+/// `# Title #` -> `Title` (1-6 `#`, then a space or the end of the line).
+fn atx_heading(line: &str) -> Option<&str> {
+    let t = line.trim_start_matches(' ');
+    if line.len() - t.len() > 3 {
+        return None;
+    }
+    let n = t.bytes().take_while(|b| *b == b'#').count();
+    if n == 0 || n > 6 {
+        return None;
+    }
+    let rest = &t[n..];
+    if !(rest.is_empty() || rest.starts_with([' ', '\t'])) {
+        return None;
+    }
+    let mut body = rest.trim();
+    // Closing sequence: spaces then only `#`s.
+    let without = body.trim_end_matches('#');
+    if without.len() < body.len() && (without.is_empty() || without.ends_with([' ', '\t'])) {
+        body = without.trim_end();
+    }
+    Some(body)
+}
+
+static IMAGE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(&format!(
+        r"^!\[({LINK_TEXT})\](?:{LINK_DEST}|\[[^\[\]\n]*\])"
+    ))
+    .expect("valid regex")
+});
+static LINK: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(&format!(
+        r"^\[({LINK_TEXT})\](?:{LINK_DEST}|\[[^\[\]\n]*\])"
+    ))
+    .expect("valid regex")
+});
+/// Link text: no brackets except one level of balanced `[...]`, no blank line.
+const LINK_TEXT: &str = r"(?:[^\[\]\n]|\n[^\n\[\]]|\[[^\[\]\n]*\])*";
+/// `(dest "title")`, dest possibly in `<>` or with one level of balanced parentheses.
+const LINK_DEST: &str = r#"\([ \t]*(?:<[^<>\n]*>|[^\s()<>]*(?:\([^\s()]*\)[^\s()<>]*)*)(?:[ \t\n]+(?:"[^"\n]*"|'[^'\n]*'|\([^()\n]*\)))?[ \t]*\)"#;
+static FOOTNOTE_REF: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^\[\^[^\]\s]+\]").expect("valid regex"));
+static AUTOLINK: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^<((?:[A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]*)|[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,})>")
+        .expect("valid regex")
+});
+static HTML_COMMENT: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^<!--(?s:.*?)-->").expect("valid regex"));
+static HTML_TAG: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r#"^</?([A-Za-z][A-Za-z0-9]*)(?:\s+[A-Za-z_:@][-A-Za-z0-9_:.@]*(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s"'=<>`]+))?)*\s*/?>"#,
+    )
+    .expect("valid regex")
+});
+static IMG_ALT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r#"(?i)\salt\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=<>`]+))"#).expect("valid regex")
+});
+static ENTITY: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^&(?:#([0-9]{1,7})|#[xX]([0-9a-fA-F]{1,6})|([A-Za-z][A-Za-z0-9]{1,31}));")
+        .expect("valid regex")
+});
+
+/// HTML elements whose tags are removed; `true`: the tag separates words (becomes a
+/// space), `false`: it does not (`<b>`, `<em>`, ...). Any other `<name>` is left alone,
+/// so `Vec<T>` or `a <b> c`-like text that is not HTML mostly survives.
+fn html_tag_kind(name: &str) -> Option<bool> {
+    const INLINE: &[&str] = &[
+        "a", "abbr", "b", "bdi", "bdo", "big", "cite", "code", "del", "dfn", "em", "font", "i",
+        "ins", "kbd", "mark", "q", "s", "samp", "small", "span", "strike", "strong", "sub", "sup",
+        "time", "tt", "u", "var", "wbr",
+    ];
+    const BLOCK: &[&str] = &[
+        "article",
+        "aside",
+        "blockquote",
+        "body",
+        "br",
+        "caption",
+        "center",
+        "col",
+        "colgroup",
+        "dd",
+        "details",
+        "div",
+        "dl",
+        "dt",
+        "figcaption",
+        "figure",
+        "footer",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "head",
+        "header",
+        "hr",
+        "html",
+        "img",
+        "li",
+        "main",
+        "nav",
+        "ol",
+        "p",
+        "picture",
+        "pre",
+        "section",
+        "summary",
+        "table",
+        "tbody",
+        "td",
+        "tfoot",
+        "th",
+        "thead",
+        "tr",
+        "ul",
+    ];
+    let lower = name.to_ascii_lowercase();
+    if INLINE.contains(&lower.as_str()) {
+        Some(false)
+    } else if BLOCK.contains(&lower.as_str()) {
+        Some(true)
+    } else {
+        None
+    }
+}
+
+fn decode_entity(caps: &regex::Captures<'_>) -> Option<String> {
+    let c = if let Some(d) = caps.get(1) {
+        char::from_u32(d.as_str().parse().ok()?)?
+    } else if let Some(h) = caps.get(2) {
+        char::from_u32(u32::from_str_radix(h.as_str(), 16).ok()?)?
+    } else {
+        let s = match caps.get(3)?.as_str() {
+            "amp" => "&",
+            "lt" => "<",
+            "gt" => ">",
+            "quot" => "\"",
+            "apos" => "'",
+            "nbsp" | "ensp" | "emsp" | "thinsp" => " ",
+            "ndash" => "–",
+            "mdash" => "—",
+            "hellip" => "…",
+            "lsquo" => "‘",
+            "rsquo" => "’",
+            "ldquo" => "“",
+            "rdquo" => "”",
+            "laquo" => "«",
+            "raquo" => "»",
+            "copy" => "©",
+            "reg" => "®",
+            "trade" => "™",
+            "deg" => "°",
+            "times" => "×",
+            "divide" => "÷",
+            "euro" => "€",
+            "pound" => "£",
+            "yen" => "¥",
+            "cent" => "¢",
+            "sect" => "§",
+            "para" => "¶",
+            "middot" => "·",
+            "bull" => "•",
+            "shy" | "zwsp" | "zwj" | "zwnj" | "lrm" | "rlm" => "",
+            _ => return None,
+        };
+        return Some(s.to_string());
+    };
+    // Never reintroduce what pass 1 removed.
+    if c.is_control() && c != '\n' && c != '\t' {
+        return Some(String::new());
+    }
+    if c == '\t' || is_unicode_space(c) {
+        return Some(" ".to_string());
+    }
+    if classify_invisible(c) != Invisible::Keep {
+        return Some(String::new());
+    }
+    Some(c.to_string())
+}
+
+/// A run of `*`, `_` or `~` that may open or close emphasis.
+struct Delim {
+    /// Byte range in the output buffer.
+    start: usize,
+    len: usize,
+    ch: u8,
+    can_open: bool,
+    can_close: bool,
+}
+
+fn is_md_punct(c: char) -> bool {
+    if c.is_ascii() {
+        c.is_ascii_punctuation()
+    } else {
+        !c.is_alphanumeric() && !c.is_whitespace()
+    }
+}
+
+/// Length in bytes of a bare URL starting at `s` (`http://`, `https://`, `ftp://`,
+/// `www.`), or 0.
+fn bare_url_len(s: &str) -> usize {
+    let b = s.as_bytes();
+    let starts = |p: &[u8]| b.len() >= p.len() && b[..p.len()].eq_ignore_ascii_case(p);
+    if !(starts(b"http://") || starts(b"https://") || starts(b"ftp://") || starts(b"www.")) {
+        return 0;
+    }
+    s.find(|c: char| c.is_whitespace() || matches!(c, '<' | '>' | '"' | '`'))
+        .unwrap_or(s.len())
+}
+
+/// Inline markdown (pass 2, outside code blocks):
+///
+/// - `` `code` `` -> `code` (any backtick run length; content kept verbatim);
+/// - `![alt](url)` / `![alt][ref]` -> `alt`; `[text](url "title")` / `[text][ref]` ->
+///   `text`; `<https://...>` -> the URL; `[^1]` footnote references removed;
+/// - emphasis `*x*`, `**x**`, `***x***`, `_x_`, `__x__`, strikethrough `~~x~~` -> `x`,
+///   using CommonMark's flanking rules: a delimiter run must touch the word it marks and,
+///   for `_`, must not be inside a word (so `snake_case` survives); runs between spaces
+///   (`5 * 3`) or between digits (`2*3*4`) are never markup; `__name__` around a single
+///   identifier is a Python dunder name, not bold; unmatched runs stay;
+/// - backslash escapes `\*` -> `*`; HTML comments removed; tags of known HTML elements
+///   removed (`<br>`, `<p>`, ... become a space; `<img alt="x">` becomes `x`); HTML
+///   entities (`&amp;`, `&#8212;`, ...) decoded;
+/// - bare URLs are copied untouched (no emphasis inside them).
+pub fn strip_inline(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut delims: Vec<Delim> = Vec::new();
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    while i < s.len() {
+        let b = bytes[i];
+        let rest = &s[i..];
+        match b {
+            b'\\' => {
+                let next = rest[1..].chars().next();
+                match next {
+                    Some(c) if c.is_ascii_punctuation() => {
+                        out.push(c);
+                        i += 2;
+                    }
+                    // Hard line break.
+                    Some('\n') => i += 1,
+                    _ => {
+                        out.push('\\');
+                        i += 1;
+                    }
+                }
+                continue;
+            }
+            b'`' => {
+                let n = rest.bytes().take_while(|c| *c == b'`').count();
+                if let Some(end) = find_backtick_run(s, i + n, n) {
+                    let code = &s[i + n..end];
+                    let code = if code.len() >= 2
+                        && code.starts_with([' ', '\n'])
+                        && code.ends_with([' ', '\n'])
+                        && !code.trim().is_empty()
+                    {
+                        &code[1..code.len() - 1]
+                    } else {
+                        code
+                    };
+                    out.push_str(code);
+                    i = end + n;
+                } else {
+                    out.push_str(&rest[..n]);
+                    i += n;
+                }
+                continue;
+            }
+            b'!' if rest.as_bytes().get(1) == Some(&b'[') => {
+                if let Some(caps) = IMAGE.captures(rest) {
+                    let alt = caps.get(1).map_or("", |m| m.as_str());
+                    out.push_str(&strip_inline(alt));
+                    i += caps.get(0).map_or(1, |m| m.end());
+                    continue;
+                }
+            }
+            b'[' => {
+                if let Some(m) = FOOTNOTE_REF.find(rest) {
+                    i += m.end();
+                    continue;
+                }
+                if let Some(caps) = LINK.captures(rest) {
+                    let text = caps.get(1).map_or("", |m| m.as_str());
+                    out.push_str(&strip_inline(text));
+                    i += caps.get(0).map_or(1, |m| m.end());
+                    continue;
+                }
+            }
+            b'<' => {
+                if let Some(caps) = AUTOLINK.captures(rest) {
+                    let inner = caps.get(1).map_or("", |m| m.as_str());
+                    let inner = inner.strip_prefix("mailto:").unwrap_or(inner);
+                    out.push_str(inner);
+                    i += caps.get(0).map_or(1, |m| m.end());
+                    continue;
+                }
+                if let Some(m) = HTML_COMMENT.find(rest) {
+                    i += m.end();
+                    continue;
+                }
+                if let Some(caps) = HTML_TAG.captures(rest) {
+                    let name = caps.get(1).map_or("", |m| m.as_str());
+                    if let Some(separates) = html_tag_kind(name) {
+                        let tag = caps.get(0).map_or("", |m| m.as_str());
+                        if name.eq_ignore_ascii_case("img") {
+                            if let Some(alt) = IMG_ALT.captures(tag) {
+                                let a = alt
+                                    .get(1)
+                                    .or(alt.get(2))
+                                    .or(alt.get(3))
+                                    .map_or("", |m| m.as_str());
+                                out.push(' ');
+                                out.push_str(a);
+                            }
+                        }
+                        if separates {
+                            out.push(' ');
+                        }
+                        i += tag.len();
+                        continue;
+                    }
+                }
+            }
+            b'&' => {
+                if let Some(caps) = ENTITY.captures(rest) {
+                    if let Some(decoded) = decode_entity(&caps) {
+                        out.push_str(&decoded);
+                        i += caps.get(0).map_or(1, |m| m.end());
+                        continue;
+                    }
+                }
+            }
+            b'*' | b'_' | b'~' => {
+                let n = rest.bytes().take_while(|c| *c == b).count();
+                let before = s[..i].chars().next_back();
+                let after = s[i + n..].chars().next();
+                let ws = |c: Option<char>| c.is_none_or(char::is_whitespace);
+                let pu = |c: Option<char>| c.is_some_and(is_md_punct);
+                let left = !ws(after) && (!pu(after) || ws(before) || pu(before));
+                let right = !ws(before) && (!pu(before) || ws(after) || pu(after));
+                let digits = before.is_some_and(|c| c.is_ascii_digit())
+                    && after.is_some_and(|c| c.is_ascii_digit());
+                let (can_open, can_close) = match b {
+                    b'_' => (
+                        left && (!right || pu(before)),
+                        right && (!left || pu(after)),
+                    ),
+                    _ => (left, right),
+                };
+                let valid_len = if b == b'~' { n == 2 } else { n <= 3 };
+                if valid_len && !digits && (can_open || can_close) {
+                    delims.push(Delim {
+                        start: out.len(),
+                        len: n,
+                        ch: b,
+                        can_open,
+                        can_close,
+                    });
+                }
+                out.push_str(&rest[..n]);
+                i += n;
+                continue;
+            }
+            b'h' | b'H' | b'w' | b'W' | b'f' | b'F' => {
+                let at_word_start = s[..i]
+                    .chars()
+                    .next_back()
+                    .is_none_or(|c| !c.is_alphanumeric());
+                if at_word_start {
+                    let n = bare_url_len(rest);
+                    if n > 0 {
+                        out.push_str(&rest[..n]);
+                        i += n;
+                        continue;
+                    }
+                }
+            }
+            _ => {}
+        }
+        let c = rest.chars().next().unwrap_or('\u{FFFD}');
+        out.push(c);
+        i += c.len_utf8().max(1);
+    }
+    if delims.is_empty() {
+        return out;
+    }
+    resolve_emphasis(out, &delims)
+}
+
+/// Next run of exactly `n` backticks at or after byte `from`, within the same paragraph.
+fn find_backtick_run(s: &str, from: usize, n: usize) -> Option<usize> {
+    let bytes = s.as_bytes();
+    let mut j = from;
+    while j < bytes.len() {
+        match bytes[j] {
+            b'`' => {
+                let m = bytes[j..].iter().take_while(|c| **c == b'`').count();
+                if m == n {
+                    return Some(j);
+                }
+                j += m;
+            }
+            b'\n' if bytes.get(j + 1) == Some(&b'\n') => return None,
+            _ => j += 1,
+        }
+    }
+    None
+}
+
+/// Matches openers and closers of the same character and run length (a stack per kind,
+/// so linear time) and removes the matched runs from `out`.
+fn resolve_emphasis(out: String, delims: &[Delim]) -> String {
+    let key = |d: &Delim| {
+        let c = match d.ch {
+            b'*' => 0,
+            b'_' => 1,
+            _ => 2,
+        };
+        c * 3 + (d.len - 1).min(2)
+    };
+    let mut stacks: [Vec<usize>; 9] = Default::default();
+    let mut remove = vec![false; delims.len()];
+    for (idx, d) in delims.iter().enumerate() {
+        let k = key(d);
+        if d.can_close {
+            if let Some(o) = stacks[k].pop() {
+                // `__init__`: a Python dunder name, not bold.
+                let inner = &out[delims[o].start + delims[o].len..d.start];
+                let dunder = d.ch == b'_'
+                    && d.len == 2
+                    && inner.chars().all(|c| c.is_alphanumeric() || c == '_');
+                if !dunder {
+                    remove[o] = true;
+                    remove[idx] = true;
+                }
+                continue;
+            }
+        }
+        if d.can_open {
+            stacks[k].push(idx);
+        }
+    }
+    let mut result = String::with_capacity(out.len());
+    let mut pos = 0;
+    for (d, r) in delims.iter().zip(&remove) {
+        if *r {
+            result.push_str(&out[pos..d.start]);
+            pos = d.start + d.len;
+        }
+    }
+    result.push_str(&out[pos..]);
+    result
+}
+
+// ---------------------------------------------------------------------------------------
+// Pass 3: URLs
+// ---------------------------------------------------------------------------------------
+
+static URL: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r#"(?i)\b(?:(?:https?|ftp)://|www\.)[^\s<>"`]*"#).expect("valid regex")
+});
+
+/// Pass 3: each bare URL (`http://`, `https://`, `ftp://` or `www.` at a word start,
+/// up to the next space, `<`, `>`, `"` or backtick; trailing `.,;:!?'` and unbalanced
+/// closing brackets are left outside) is replaced by its host name, lowercased, without
+/// `www.`, port, user info, path, query or fragment:
+/// `https://www.Example.com:8080/a?b=1#c` -> `example.com`. A URL without a host is
+/// removed. E-mail addresses and bare domains (`example.com`) are left alone.
+pub fn speak_urls(text: &str) -> String {
+    if !text.as_bytes().iter().any(|b| matches!(b, b':' | b'.')) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    for m in URL.find_iter(text) {
+        let url = trim_url(m.as_str());
+        out.push_str(&text[last..m.start()]);
+        out.push_str(&url_host(url));
+        last = m.start() + url.len();
+    }
+    out.push_str(&text[last..]);
+    out
+}
+
+/// Drops trailing punctuation that belongs to the sentence, not the URL.
+fn trim_url(mut u: &str) -> &str {
+    loop {
+        let Some(c) = u.chars().next_back() else {
+            return u;
+        };
+        let drop = match c {
+            '.' | ',' | ';' | ':' | '!' | '?' | '\'' | '*' | '_' => true,
+            ')' => u.matches('(').count() < u.matches(')').count(),
+            ']' => u.matches('[').count() < u.matches(']').count(),
+            '}' => u.matches('{').count() < u.matches('}').count(),
+            _ => false,
+        };
+        if !drop {
+            return u;
+        }
+        u = &u[..u.len() - c.len_utf8()];
+    }
+}
+
+fn url_host(url: &str) -> String {
+    let rest = match url.find("://") {
+        Some(p) => &url[p + 3..],
+        None => url,
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit('@').next().unwrap_or("");
+    let host = if host_port.starts_with('[') {
+        // IPv6 literal: keep the brackets' content.
+        host_port
+            .split(']')
+            .next()
+            .unwrap_or("")
+            .trim_start_matches('[')
+    } else {
+        host_port.split(':').next().unwrap_or("")
+    };
+    let host = host.trim_end_matches('.');
+    let host = match host.get(..4) {
+        Some(p) if host.len() > 4 && p.eq_ignore_ascii_case("www.") => &host[4..],
+        _ => host,
+    };
+    host.to_lowercase()
+}
+
+// ---------------------------------------------------------------------------------------
+// Pass 4: line breaks
+// ---------------------------------------------------------------------------------------
+
+/// Sentence-final punctuation (the splitter's sentence ends).
+pub(crate) fn is_sentence_terminal(c: char) -> bool {
+    matches!(
+        c,
+        '.' | '!'
+            | '?'
+            | '…'
+            | '。'
+            | '！'
+            | '？'
+            | '｡'
+            | '．'
+            | '‼'
+            | '⁇'
+            | '⁈'
+            | '⁉'
+            | '؟'
+            | '۔'
+            | '।'
+            | '॥'
+            | '։'
+            | '።'
+            | '፧'
+            | '။'
+            | '។'
+            | '\u{037E}'
+    )
+}
+
+/// Closing quotes and brackets that may follow sentence-final punctuation.
+pub(crate) fn is_closer(c: char) -> bool {
+    matches!(
+        c,
+        '"' | '\''
+            | '”'
+            | '’'
+            | '»'
+            | '›'
+            | ')'
+            | ']'
+            | '}'
+            | '」'
+            | '』'
+            | '）'
+            | '】'
+            | '〕'
+            | '〉'
+            | '》'
+            | '〗'
+            | '〙'
+            | '〛'
+            | '｣'
+            | '＂'
+            | '＇'
+            | '］'
+            | '｝'
+    )
+}
+
+/// Scripts written without spaces between words (CJK ideographs, kana, Thai, Lao,
+/// Khmer, Myanmar, Tibetan) and CJK punctuation / fullwidth forms.
+pub(crate) fn is_nospace_script(c: char) -> bool {
+    matches!(c,
+        '\u{0E00}'..='\u{0EFF}'      // Thai, Lao
+        | '\u{0F00}'..='\u{0FFF}'    // Tibetan
+        | '\u{1000}'..='\u{109F}'    // Myanmar
+        | '\u{1780}'..='\u{17FF}'    // Khmer
+        | '\u{2E80}'..='\u{2FDF}'    // CJK radicals
+        | '\u{3000}'..='\u{30FF}'    // CJK punctuation, Hiragana, Katakana
+        | '\u{3100}'..='\u{312F}'    // Bopomofo
+        | '\u{31F0}'..='\u{31FF}'    // Katakana extensions
+        | '\u{3400}'..='\u{4DBF}'    // CJK extension A
+        | '\u{4E00}'..='\u{9FFF}'    // CJK unified ideographs
+        | '\u{F900}'..='\u{FAFF}'    // CJK compatibility ideographs
+        | '\u{FE30}'..='\u{FE4F}'    // CJK compatibility forms
+        | '\u{FF00}'..='\u{FFEF}'    // halfwidth and fullwidth forms
+        | '\u{20000}'..='\u{3FFFF}' // CJK extensions B..
+    )
+}
+
+/// Clause punctuation that may end a paragraph and is replaced by a full stop there.
+fn is_clause_punct(c: char) -> bool {
+    matches!(
+        c,
+        ',' | ';' | ':' | '、' | '，' | '；' | '：' | '،' | '؛' | '—' | '–' | '-'
+    )
+}
+
+/// The full stop a paragraph of this script gets: `。` after CJK/kana, `।` after
+/// Devanagari/Bengali, `.` otherwise.
+fn full_stop_for(text: &str) -> char {
+    match text.chars().rev().find(|c| c.is_alphanumeric()) {
+        Some(
+            '\u{3040}'..='\u{30FF}'
+            | '\u{3400}'..='\u{4DBF}'
+            | '\u{4E00}'..='\u{9FFF}'
+            | '\u{F900}'..='\u{FAFF}'
+            | '\u{20000}'..='\u{3FFFF}',
+        ) => '。',
+        Some('\u{0900}'..='\u{09FF}') => '।',
+        _ => '.',
+    }
+}
+
+/// Pass 4: each paragraph (text between blank lines) becomes one line: its lines are
+/// trimmed and joined by a space (by nothing when both sides are CJK/Thai-like script).
+/// Every paragraph followed by another one must end in a sentence break: when its last
+/// character (before closing quotes/brackets) is not sentence-final punctuation, a
+/// trailing clause mark (`,` `;` `:` `—` ...) is replaced by, or else the paragraph gets,
+/// a full stop (`.`, `。` after CJK, `।` after Devanagari/Bengali). Paragraphs are then
+/// joined by a space. The last paragraph is left as it is.
+pub fn join_lines(text: &str) -> String {
+    let mut paras: Vec<String> = Vec::new();
+    let mut cur = String::new();
+    for line in text.split('\n') {
+        let line = line.trim_matches([' ', '\t']);
+        if line.is_empty() {
+            if !cur.is_empty() {
+                paras.push(std::mem::take(&mut cur));
+            }
+            continue;
+        }
+        if let (Some(a), Some(b)) = (cur.chars().next_back(), line.chars().next()) {
+            if !(is_nospace_script(a) && is_nospace_script(b)) {
+                cur.push(' ');
+            }
+        }
+        cur.push_str(line);
+    }
+    if !cur.is_empty() {
+        paras.push(cur);
+    }
+    let n = paras.len();
+    let mut out = String::with_capacity(text.len() + n);
+    for (k, mut p) in paras.into_iter().enumerate() {
+        if k + 1 < n {
+            end_sentence(&mut p);
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(&p);
+    }
+    out
+}
+
+fn end_sentence(p: &mut String) {
+    let core = p.trim_end_matches(is_closer);
+    let Some(last) = core.chars().next_back() else {
+        return;
+    };
+    if is_sentence_terminal(last) {
+        return;
+    }
+    let stop = full_stop_for(p);
+    if is_clause_punct(last) && core.len() == p.len() {
+        p.truncate(p.len() - last.len_utf8());
+        // "word -" / "word —": drop the space before the mark too.
+        let t = p.trim_end().len();
+        p.truncate(t);
+    }
+    p.push(stop);
+}
+
+// ---------------------------------------------------------------------------------------
+// Pass 5: spaces
+// ---------------------------------------------------------------------------------------
+
+/// Pass 5: runs of spaces become one space, spaces at line ends are dropped, three or
+/// more newlines become a blank line, and the result is trimmed.
+pub fn collapse_spaces(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut space = false;
+    let mut newlines = 0usize;
+    for c in text.chars() {
+        match c {
+            '\n' => {
+                newlines += 1;
+                space = false;
+            }
+            c if c.is_whitespace() => space = true,
+            c => {
+                if !out.is_empty() {
+                    if newlines > 0 {
+                        out.push_str(if newlines >= 2 { "\n\n" } else { "\n" });
+                    } else if space {
+                        out.push(' ');
+                    }
+                }
+                newlines = 0;
+                space = false;
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn norm(s: &str) -> String {
+        normalize(s, &NormalizeOptions::default())
+    }
+
+    fn only(f: impl FnOnce(&mut NormalizeOptions)) -> NormalizeOptions {
+        let mut o = NormalizeOptions::NONE;
+        f(&mut o);
+        o
+    }
+
+    /// Deterministic xorshift generator for the randomized tests.
+    pub(crate) struct Rng(pub u64);
+    impl Rng {
+        pub fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        pub fn below(&mut self, n: usize) -> usize {
+            (self.next() % n.max(1) as u64) as usize
+        }
+        pub fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
+            xs[self.below(xs.len())]
+        }
+    }
+
+    #[test]
+    fn defaults_and_serde() {
+        assert_eq!(NormalizeOptions::default(), NormalizeOptions::ALL);
+        let o: NormalizeOptions = serde_json::from_str(r#"{"markdown": false}"#).unwrap();
+        assert_eq!(
+            o,
+            NormalizeOptions {
+                markdown: false,
+                ..NormalizeOptions::ALL
+            }
+        );
+        assert!(serde_json::from_str::<NormalizeOptions>(r#"{"nope": true}"#).is_err());
+    }
+
+    #[test]
+    fn plain_text_is_unchanged() {
+        for s in [
+            "Hello, world! How are you today?",
+            "Prix : 5 € — «\u{a0}bien\u{a0}» ?",
+            "你好，世界。今天天气很好！",
+            "مرحبا بالعالم؟ كيف حالك۔",
+            "नमस्ते दुनिया। आप कैसे हैं॥",
+            "5 * 3 = 15, and 2*3*4 = 24; a_b_c and snake_case_name stay.",
+            "Use Vec<T> when a < b and c > d.",
+            "AT&T costs $5 & more.",
+            "I'm 100% sure it's fine_ish.",
+            "The ~5 km walk (about 1 h).",
+        ] {
+            let want = s.replace('\u{a0}', " ");
+            assert_eq!(norm(s), want, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn control_characters_always_removed() {
+        let s = "a\u{0}b\u{7}c\u{1b}[31md\u{7f}e\u{80}f\u{9f}g";
+        assert_eq!(normalize(s, &NormalizeOptions::NONE), "abc[31mdefg");
+        assert_eq!(norm(s), "abc[31mdefg");
+        assert_eq!(
+            normalize("a\tb\r\nc\rd\u{85}e", &NormalizeOptions::NONE),
+            "a b\nc\nd\ne"
+        );
+        assert_eq!(
+            normalize("a\u{2028}b\u{2029}c", &NormalizeOptions::NONE),
+            "a\nb\n\nc"
+        );
+        assert_eq!(
+            normalize("a\u{a0}b\u{3000}c\u{2009}d", &NormalizeOptions::NONE),
+            "a b c d"
+        );
+    }
+
+    #[test]
+    fn invisible_characters() {
+        let o = only(|o| o.invisible = true);
+        let cases = [
+            ("zero\u{200B}width", "zerowidth"),
+            ("\u{FEFF}BOM at start", "BOM at start"),
+            ("co\u{AD}operate", "cooperate"),
+            (
+                "\u{202E}reversed\u{202C} \u{2067}isolate\u{2069}",
+                "reversed isolate",
+            ),
+            ("a\u{200E}b\u{200F}c\u{061C}d", "abcd"),
+            ("word\u{2060}joiner", "wordjoiner"),
+            ("bad \u{FFFD}utf8", "bad utf8"),
+            ("x\u{FFFE}y\u{1FFFF}z", "xyz"),
+            // ZWJ / ZWNJ between two ASCII characters or at a space: removed.
+            ("a\u{200D}b a\u{200C}b \u{200D}x", "ab ab x"),
+            // Persian ZWNJ (می‌خواهم) and Devanagari ZWJ/ZWNJ: kept.
+            ("می\u{200C}خواهم", "می\u{200C}خواهم"),
+            ("क्\u{200D}ष", "क्\u{200D}ष"),
+            ("क्\u{200C}ष", "क्\u{200C}ष"),
+            // Emoji ZWJ sequence, skin tone, variation selector: kept.
+            (
+                "👨\u{200D}👩\u{200D}👧 👍🏽 ❤\u{FE0F}",
+                "👨\u{200D}👩\u{200D}👧 👍🏽 ❤\u{FE0F}",
+            ),
+            // Flag of England (tag sequence): kept; stray tag characters: removed.
+            (
+                "\u{1F3F4}\u{E0067}\u{E0062}\u{E0065}\u{E006E}\u{E0067}\u{E007F}",
+                "\u{1F3F4}\u{E0067}\u{E0062}\u{E0065}\u{E006E}\u{E0067}\u{E007F}",
+            ),
+            ("hid\u{E0068}\u{E0069}den", "hidden"),
+            // Arabic number sign (visible format character): kept.
+            ("\u{0600}123", "\u{0600}123"),
+            // Doubled joiners collapse to one.
+            ("می\u{200C}\u{200C}خواهم", "می\u{200C}خواهم"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(normalize(input, &o), want, "{input:?}");
+        }
+        // Off: format characters stay.
+        assert_eq!(
+            normalize("a\u{200B}b\u{AD}c", &NormalizeOptions::NONE),
+            "a\u{200B}b\u{AD}c"
+        );
+    }
+
+    #[test]
+    fn line_breaks() {
+        let o = only(|o| o.line_breaks = true);
+        let cases = [
+            ("Hello\nworld", "Hello world"),
+            ("Hello  \n   world\r\nagain", "Hello world again"),
+            ("Title\n\nBody text", "Title. Body text"),
+            ("One.\n\n\n\nTwo", "One. Two"),
+            ("Really?\n\nYes!\n\nOK", "Really? Yes! OK"),
+            ("Ingredients:\n\nEggs", "Ingredients. Eggs"),
+            ("First,\n\nsecond", "First. second"),
+            ("He said \"hi.\"\n\nThen left", "He said \"hi.\" Then left"),
+            ("(see above)\n\nNext", "(see above). Next"),
+            ("Last paragraph has no stop", "Last paragraph has no stop"),
+            ("a\u{2029}b", "a. b"),
+            // CJK: no space when joining lines, 。 as the added stop.
+            ("我们今天\n去公园", "我们今天去公园"),
+            ("你好\n\n世界", "你好。 世界"),
+            ("こんにちは\n\nさようなら", "こんにちは。 さようなら"),
+            ("नमस्ते\n\nदुनिया", "नमस्ते। दुनिया"),
+            ("مرحبا\n\nعالم", "مرحبا. عالم"),
+            ("\n\n  \n", ""),
+        ];
+        for (input, want) in cases {
+            assert_eq!(normalize(input, &o), want, "{input:?}");
+        }
+        // Off: newlines stay, spaces around them go, blank lines collapse to one.
+        assert_eq!(
+            normalize("a  \n  b\n\n\n\nc", &NormalizeOptions::NONE),
+            "a\nb\n\nc"
+        );
+    }
+
+    #[test]
+    fn markdown_blocks() {
+        let o = only(|o| {
+            o.markdown = true;
+            o.line_breaks = true
+        });
+        let cases = [
+            ("# Title\nText here", "Title. Text here"),
+            ("## Sub title ##\n\nBody", "Sub title. Body"),
+            ("#hashtag stays", "#hashtag stays"),
+            ("Title\n=====\nBody", "Title. Body"),
+            ("Title\n-----\nBody", "Title. Body"),
+            ("Above\n\n***\n\nBelow", "Above. Below"),
+            (
+                "- apples\n- pears\n* plums\n+ figs",
+                "apples. pears. plums. figs",
+            ),
+            ("• one\n• two", "one. two"),
+            (
+                "1. Preheat the oven\n2) Bake",
+                "1. Preheat the oven. 2) Bake",
+            ),
+            ("- [ ] todo\n- [x] done", "todo. done"),
+            (
+                "- a long item\n  that wraps\n- next",
+                "a long item that wraps. next",
+            ),
+            ("> quoted text\n> more\n\nAfter", "quoted text more. After"),
+            ("> > nested", "nested"),
+            (
+                "```rust\nlet x = 1;\n```\nAfter code",
+                "let x = 1. After code",
+            ),
+            ("~~~\ncode *not* emphasis\n~~~", "code *not* emphasis"),
+            (
+                "| Name | Age |\n|------|----:|\n| Ann  | 31  |\n| Bob  | 42  |",
+                "Name, Age. Ann, 31. Bob, 42",
+            ),
+            ("Name | Age\n--- | ---\nAnn | 31", "Name, Age. Ann, 31"),
+            ("| a \\| b | c |", "a | b, c"),
+            (
+                "See [the docs][1].\n\n[1]: https://example.com/docs \"Docs\"",
+                "See the docs.",
+            ),
+            (
+                "Claim[^1].\n\n[^1]: Source: a book.",
+                "Claim. Source: a book.",
+            ),
+            ("Plain | pipe in text", "Plain | pipe in text"),
+            ("5 - 3 = 2", "5 - 3 = 2"),
+            ("-5 degrees", "-5 degrees"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(normalize(input, &o), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn markdown_inline() {
+        let o = only(|o| o.markdown = true);
+        let cases = [
+            (
+                "This is *important* and **bold** and ***both***.",
+                "This is important and bold and both.",
+            ),
+            (
+                "Use _emphasis_ and __strong text__ but keep snake_case_name.",
+                "Use emphasis and strong text but keep snake_case_name.",
+            ),
+            (
+                "Python's __init__ and __main__ stay",
+                "Python's __init__ and __main__ stay",
+            ),
+            ("~~struck~~ text, ~5 km", "struck text, ~5 km"),
+            ("**bold with *italic* inside**", "bold with italic inside"),
+            ("*a **b** c*", "a b c"),
+            ("5 * 3 = 15 and 2*3*4 = 24", "5 * 3 = 15 and 2*3*4 = 24"),
+            ("**unclosed bold", "**unclosed bold"),
+            ("a * b * c", "a * b * c"),
+            ("\\*not emphasis\\*", "*not emphasis*"),
+            ("Run `cargo build` now", "Run cargo build now"),
+            ("``code with ` tick``", "code with ` tick"),
+            ("a `*not emph*` b", "a *not emph* b"),
+            (
+                "Read [the guide](https://example.com/guide \"Guide\").",
+                "Read the guide.",
+            ),
+            ("[**Bold link**](http://x.y/(a)b)", "Bold link"),
+            ("![A cat](cat.png) sits", "A cat sits"),
+            ("[ref link][id] here", "ref link here"),
+            ("[just brackets] stay", "[just brackets] stay"),
+            (
+                "Mail <mailto:me@example.com> or <you@example.org>",
+                "Mail me@example.com or you@example.org",
+            ),
+            ("A<br>B<br/>C", "A B C"),
+            ("<p>Para</p><div class=\"x\">Div</div>", "Para Div"),
+            ("<b>bold</b> and <em>em</em>", "bold and em"),
+            ("<img src=\"a.png\" alt=\"Alt text\"> here", "Alt text here"),
+            ("a <!-- comment --> b", "a b"),
+            (
+                "Vec<T> and Option<String> stay",
+                "Vec<T> and Option<String> stay",
+            ),
+            (
+                "Tom &amp; Jerry &mdash; &#8220;hi&#x201D; &bogus; AT&T",
+                "Tom & Jerry — “hi” &bogus; AT&T",
+            ),
+            ("zero&#8203;width &#0; nul", "zerowidth nul"),
+            (
+                "https://example.com/a_b_c_/x and www.site.org/*x*",
+                "https://example.com/a_b_c_/x and www.site.org/*x*",
+            ),
+        ];
+        for (input, want) in cases {
+            assert_eq!(normalize(input, &o), want, "{input:?}");
+        }
+        // Off: markup stays.
+        assert_eq!(normalize("# *Hi*", &NormalizeOptions::NONE), "# *Hi*");
+    }
+
+    #[test]
+    fn urls() {
+        let o = only(|o| o.urls = true);
+        let cases = [
+            ("Visit https://example.com/path?x=1.", "Visit example.com."),
+            (
+                "See www.GitHub.com/rust-lang/rust, then",
+                "See github.com, then",
+            ),
+            (
+                "Login at https://user:pw@www.host.example:8443/x#frag!",
+                "Login at host.example!",
+            ),
+            (
+                "(see https://en.wikipedia.org/wiki/Rust_(programming_language))",
+                "(see en.wikipedia.org)",
+            ),
+            (
+                "ftp://files.example.net/pub/file.tar.gz",
+                "files.example.net",
+            ),
+            ("http://[::1]:8080/", "::1"),
+            ("http:// nothing", "nothing"),
+            (
+                "mail me@example.com or example.com",
+                "mail me@example.com or example.com",
+            ),
+            ("\"https://a.io/x\"", "\"a.io\""),
+        ];
+        for (input, want) in cases {
+            assert_eq!(normalize(input, &o), want, "{input:?}");
+        }
+        assert_eq!(
+            normalize("https://a.io/x", &NormalizeOptions::NONE),
+            "https://a.io/x"
+        );
+        // With markdown: a link keeps its text; a link whose text is the URL is spoken as the host.
+        assert_eq!(
+            norm("[https://docs.rs/regex](https://docs.rs/regex)"),
+            "docs.rs"
+        );
+        assert_eq!(
+            norm("**Docs:** <https://docs.rs/regex/latest>"),
+            "Docs: docs.rs"
+        );
+    }
+
+    #[test]
+    fn full_document() {
+        let md = "\u{FEFF}# Release notes\r\n\r\nVersion **2.0** is out\u{200B}! See https://example.com/releases/2.0 for\r\ndetails.\r\n\r\n## Changes\r\n\r\n- Faster `decode()`\r\n- New [voices](https://example.com/voices)\r\n\r\n| Voice | Lang |\r\n|---|---|\r\n| Ava | en |\r\n";
+        assert_eq!(
+            norm(md),
+            "Release notes. Version 2.0 is out! See example.com for details. Changes. Faster decode(). New voices. Voice, Lang. Ava, en"
+        );
+    }
+
+    fn random_text(rng: &mut Rng, len: usize) -> String {
+        const PIECES: &[&str] = &[
+            "word",
+            " ",
+            " ",
+            "\n",
+            "\n\n",
+            "*",
+            "**",
+            "_",
+            "__",
+            "`",
+            "```",
+            "~~",
+            "#",
+            "# ",
+            "> ",
+            "- ",
+            "1. ",
+            "|",
+            "|---|",
+            "[",
+            "]",
+            "(",
+            ")",
+            "![",
+            "](",
+            "<",
+            ">",
+            "<b>",
+            "</p>",
+            "<!--",
+            "-->",
+            "&amp;",
+            "&#",
+            ";",
+            "\\",
+            "http://",
+            "https://x.y/z",
+            "www.",
+            ".",
+            ",",
+            "!",
+            "?",
+            "\u{200B}",
+            "\u{200C}",
+            "\u{200D}",
+            "\u{FEFF}",
+            "\u{202E}",
+            "\u{AD}",
+            "\u{0}",
+            "\r",
+            "\t",
+            "\u{85}",
+            "\u{2029}",
+            "你好",
+            "。",
+            "مرحبا",
+            "؟",
+            "नमस्ते",
+            "।",
+            "👨\u{200D}👩",
+            "🏴",
+            "\u{E0067}",
+            "é",
+            "e\u{301}",
+            "\u{FFFD}",
+            "ก",
+            "Dr.",
+            "3.14",
+            "=",
+            "===",
+            "---",
+        ];
+        let mut s = String::new();
+        while s.len() < len {
+            s.push_str(rng.pick(PIECES));
+        }
+        s
+    }
+
+    fn check_output(out: &str, opts: &NormalizeOptions) {
+        assert!(!out.starts_with(char::is_whitespace) && !out.ends_with(char::is_whitespace));
+        assert!(!out.contains("  "));
+        for c in out.chars() {
+            assert!(!c.is_control() || c == '\n', "control {c:?} in output");
+            if opts.invisible {
+                assert!(
+                    matches!(
+                        classify_invisible(c),
+                        Invisible::Keep | Invisible::Joiner | Invisible::Tag
+                    ),
+                    "invisible {c:?} in output"
+                );
+            }
+            if opts.line_breaks {
+                assert_ne!(c, '\n');
+            }
+        }
+    }
+
+    #[test]
+    fn never_panics_on_random_markup() {
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        for round in 0..3000 {
+            let len = rng.below(300);
+            let s = random_text(&mut rng, len);
+            let o = NormalizeOptions {
+                invisible: round % 2 == 0,
+                line_breaks: round % 3 != 0,
+                markdown: round % 5 != 0,
+                urls: round % 7 != 0,
+            };
+            let out = normalize(&s, &o);
+            check_output(&out, &o);
+            check_output(&norm(&s), &NormalizeOptions::ALL);
+        }
+    }
+
+    #[test]
+    fn never_panics_on_random_bytes() {
+        let mut rng = Rng(42);
+        for _ in 0..2000 {
+            let len = rng.below(400);
+            let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let s = String::from_utf8_lossy(&bytes);
+            check_output(&norm(&s), &NormalizeOptions::ALL);
+            let _ = normalize(&s, &NormalizeOptions::NONE);
+        }
+    }
+
+    #[test]
+    fn large_inputs() {
+        let mut rng = Rng(7);
+        let s = random_text(&mut rng, 100_000);
+        check_output(&norm(&s), &NormalizeOptions::ALL);
+        // Pathological repetitions must stay linear.
+        for unit in [
+            "*a ", "_a ", "`a ", "[a](", "<b ", "&#1", "| ", "``", "![", "\u{200D}", "# ", "> ",
+        ] {
+            let s = unit.repeat(100_000 / unit.len());
+            let t = std::time::Instant::now();
+            let out = norm(&s);
+            check_output(&out, &NormalizeOptions::ALL);
+            assert!(
+                t.elapsed().as_secs_f64() < 2.0,
+                "{unit:?} took {:?}",
+                t.elapsed()
+            );
+        }
+        // Mixed scripts and emoji survive intact.
+        let mixed = "Hello 👋 мир 世界 שלום عالم नमस्ते 🏳\u{FE0F}\u{200D}🌈 ".repeat(2000);
+        assert_eq!(norm(&mixed), mixed.trim_end());
+    }
+}
