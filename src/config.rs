@@ -31,6 +31,14 @@ pub struct ServerConfig {
     pub dtype: ComputeDType,
     pub queue_capacity: usize,
     pub max_input_chars: usize,
+    /// Frames (80 ms each) before the first audio chunk of a response.
+    pub first_chunk_frames: usize,
+    /// Frames per later audio chunk.
+    pub chunk_frames: usize,
+    /// Normalize the input text (markup, URLs, invisible characters, line breaks).
+    pub normalize_text: bool,
+    /// Longest text segment synthesized as one generation; longer input is split.
+    pub segment_chars: usize,
     pub max_body_bytes: usize,
     pub request_timeout_secs: u64,
     pub shutdown_grace_secs: u64,
@@ -139,6 +147,9 @@ impl ServerConfig {
         for (key, value) in [
             ("queue_capacity", config.queue_capacity),
             ("max_input_chars", config.max_input_chars),
+            ("first_chunk_frames", config.first_chunk_frames),
+            ("chunk_frames", config.chunk_frames),
+            ("segment_chars", config.segment_chars),
             ("max_body_bytes", config.max_body_bytes),
         ] {
             if value == 0 {

@@ -914,3 +914,204 @@ fn openai_python_sdk_works_unchanged() {
         server.logs()
     );
 }
+
+/// Posts a speech request and returns the open response (status, headers, body reader).
+fn open_speech(server: &Server, body: &Value) -> ureq::Response {
+    let request = agent()
+        .post(&server.url("/v1/audio/speech"))
+        .set("Content-Type", "application/json");
+    match request.send_string(&body.to_string()) {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("request failed: {e}"),
+    }
+}
+
+fn streamed(mut body: Value, stream_format: &str) -> Value {
+    body["stream_format"] = json!(stream_format);
+    body
+}
+
+/// The SSE events of a body, parsed.
+fn sse_events(body: &[u8]) -> Vec<Value> {
+    String::from_utf8(body.to_vec())
+        .unwrap()
+        .split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(|e| serde_json::from_str(e.strip_prefix("data: ").expect("data: line")).unwrap())
+        .collect()
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .unwrap()
+}
+
+#[test]
+fn streamed_pcm_equals_the_file_and_the_one_shot_decode() {
+    // 40 frames: a first chunk of 4, then chunks of 16 (and a last partial one). In f32:
+    // the codec's numerics in bf16 depend on how much context a decode sees.
+    let server = Server::start(&[("VOXTRAL_DTYPE", "f32")]);
+    let body = speech_body("nova", "pcm", 21, 40);
+    let file = pcm_samples(&server.speech(body.clone()));
+    assert!(file.len() > 20 * FRAME, "{} samples", file.len());
+    let reply = server.speech(streamed(body.clone(), "audio"));
+    assert_eq!(reply.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(reply.header("x-voxtral-seed"), Some("21"));
+    assert_eq!(pcm_samples(&reply), file, "streamed == not streamed");
+    // SSE: the first delta is the first chunk, 4 frames, sent on its own.
+    let reply = server.speech(streamed(body.clone(), "sse"));
+    let events = sse_events(&reply.body);
+    let first = base64_decode(events[0]["audio"].as_str().unwrap());
+    // (less the 10 ms held back for a crossfade with a possible next segment)
+    assert_eq!(first.len(), (4 * FRAME - 240) * 2, "first chunk: 4 frames");
+    let mut audio = Vec::new();
+    for delta in &events[..events.len() - 1] {
+        assert_eq!(delta["type"], "speech.audio.delta");
+        audio.extend(base64_decode(delta["audio"].as_str().unwrap()));
+    }
+    let samples: Vec<i16> = audio
+        .chunks_exact(2)
+        .map(|b| i16::from_le_bytes([b[0], b[1]]))
+        .collect();
+    assert_eq!(samples, file, "SSE deltas == the file");
+    drop(server);
+    // One chunk for the whole clip is the one-shot decode: the chunked audio matches it
+    // within 1e-4 (plus the 16-bit rounding).
+    let one_shot = Server::start(&[
+        ("VOXTRAL_DTYPE", "f32"),
+        ("VOXTRAL_FIRST_CHUNK_FRAMES", "100000"),
+    ]);
+    let whole = pcm_samples(&one_shot.speech(body));
+    assert_eq!(whole.len(), file.len());
+    let worst = whole
+        .iter()
+        .zip(&file)
+        .map(|(a, b)| (i32::from(*a) - i32::from(*b)).abs())
+        .max()
+        .unwrap();
+    assert!(worst <= 4, "chunked vs one-shot: {worst} LSB apart");
+}
+
+#[test]
+fn every_format_streams_and_the_stream_decodes_cleanly() {
+    let server = Server::start(&[]);
+    let reference = pcm_samples(&server.speech(speech_body("nova", "pcm", 5, 30)));
+    // (format, Content-Type, decoded rate, codec frame, leading priming decoders keep):
+    // a streamed MP3 has no LAME tag, so decoders keep the encoder delay and padding.
+    let formats = [
+        ("mp3", "audio/mpeg", 24_000, 576, 1728),
+        ("opus", "audio/opus", 48_000, 480, 0),
+        ("aac", "audio/aac", 24_000, 1024, 2048),
+        ("flac", "audio/flac", 24_000, 2048, 0),
+        ("wav", "audio/wav", 24_000, 1, 0),
+        ("pcm", "audio/pcm", 24_000, 1, 0),
+    ];
+    for (format, content_type, rate, frame, priming) in formats {
+        let reply = server.speech(streamed(speech_body("nova", format, 5, 30), "audio"));
+        assert_eq!(reply.status, 200, "{format}");
+        assert_eq!(reply.header("content-type"), Some(content_type), "{format}");
+        assert_eq!(
+            reply.header("transfer-encoding"),
+            Some("chunked"),
+            "{format}"
+        );
+        if format == "wav" {
+            assert_eq!(&reply.body[4..8], &[0xFF; 4], "RIFF size unknown");
+        }
+        let samples = if format == "pcm" {
+            reply.body.len() / 2
+        } else {
+            let (decoded_rate, channels, samples) = decode(format, &reply.body);
+            assert_eq!((decoded_rate, channels), (rate, 1), "{format}");
+            samples * 24_000 / rate as usize
+        };
+        let extra = samples as f64 - reference.len() as f64;
+        let lowest = if format == "opus" {
+            -(frame as f64)
+        } else {
+            0.0
+        };
+        assert!(
+            extra >= lowest && extra < (priming + frame) as f64,
+            "{format}: decoded {extra:+} samples @24k against the PCM's {}",
+            reference.len()
+        );
+    }
+    // A speed change streams too (the stretched clip at the end).
+    let mut body = streamed(speech_body("nova", "pcm", 5, 30), "audio");
+    body["speed"] = json!(2.0);
+    let fast = server.speech(body);
+    assert_eq!(fast.status, 200);
+    let ratio = fast.body.len() as f64 / 2.0 / reference.len() as f64;
+    assert!((ratio - 0.5).abs() < 0.05, "speed 2: {ratio}");
+}
+
+#[test]
+fn errors_before_the_first_audio_keep_their_status_when_streaming() {
+    let server = Server::start(&[("VOXTRAL_TEST_PANIC_ON_INPUT", "boom")]);
+    let mut body = streamed(speech_body("nova", "mp3", 1, 5), "sse");
+    body["input"] = json!("boom");
+    assert_eq!(server.speech(body).error(500).0, "server_error");
+    let body = streamed(speech_body("nobody", "mp3", 1, 5), "audio");
+    server.speech(body).error(400);
+}
+
+#[test]
+fn a_streaming_client_that_disconnects_frees_the_worker_at_once() {
+    let server = Server::start(&[]);
+    let response = open_speech(
+        &server,
+        &streamed(speech_body("fable", "pcm", 8, 2048), "audio"),
+    );
+    assert_eq!(response.status(), 200);
+    let mut reader = response.into_reader();
+    let mut first = vec![0u8; 4 * FRAME * 2];
+    reader.read_exact(&mut first).unwrap();
+    drop(reader);
+    let cancelled = || {
+        metric(
+            &server.metrics(),
+            "voxtral_jobs_total",
+            &[("outcome", "cancelled")],
+        )
+    };
+    server.wait_for("the job to be cancelled", || cancelled() == Some(1.0));
+    let frames = metric(&server.metrics(), "voxtral_frames_generated_total", &[]).unwrap();
+    assert!(frames < 2048.0, "stopped early: {frames} frames");
+    let started = Instant::now();
+    let next = server.speech(speech_body("fable", "pcm", 8, 3));
+    assert_eq!(next.status, 200);
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
+fn long_input_is_split_into_segments_and_streams_the_same() {
+    let server = Server::start(&[("VOXTRAL_SEGMENT_CHARS", "40")]);
+    let input = "The first sentence is here. A second one follows it. \
+        Then a **third**, with markup! And a fourth to end the text.";
+    let mut body = speech_body("nova", "pcm", 3, 6);
+    body["input"] = json!(input);
+    let file = pcm_samples(&server.speech(body.clone()));
+    assert!(
+        file.len() > 2 * 6 * FRAME,
+        "every segment speaks: {} samples",
+        file.len()
+    );
+    let reply = server.speech(streamed(body.clone(), "sse"));
+    let events = sse_events(&reply.body);
+    let (done, deltas) = events.split_last().unwrap();
+    let audio: Vec<u8> = deltas
+        .iter()
+        .flat_map(|d| base64_decode(d["audio"].as_str().unwrap()))
+        .collect();
+    assert_eq!(audio.len(), file.len() * 2, "streamed == not streamed");
+    let samples: Vec<i16> = audio
+        .chunks_exact(2)
+        .map(|b| i16::from_le_bytes([b[0], b[1]]))
+        .collect();
+    assert_eq!(samples, file);
+    let frames = done["usage"]["output_tokens"].as_u64().unwrap();
+    assert!(frames > 12, "frames of every segment: {frames}");
+}

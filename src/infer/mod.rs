@@ -11,7 +11,7 @@ pub mod worker;
 
 pub use job::{JobError, JobEvent, JobSummary, SpeechJob};
 pub use queue::{JobQueue, SubmitError};
-pub use worker::{start_worker, EngineState, ModelInfo, WorkerSettings};
+pub use worker::{start_worker, EngineState, ModelInfo, StreamSettings, WorkerSettings};
 
 /// Metrics the worker records (the HTTP layer describes and exports them).
 pub mod metric_names {

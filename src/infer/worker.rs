@@ -22,7 +22,35 @@ pub struct WorkerSettings {
     pub dtype: DType,
     /// Tests only: a job whose text is exactly this panics inside the worker.
     pub panic_on_input: Option<String>,
+    pub streaming: StreamSettings,
 }
+
+/// How a job's audio is cut into `Audio` events, and how its text is prepared.
+#[derive(Clone, Debug)]
+pub struct StreamSettings {
+    /// Frames before the first `Audio` event (small: time to first audio).
+    pub first_chunk_frames: usize,
+    /// Frames per later `Audio` event.
+    pub chunk_frames: usize,
+    /// Apply `text::normalize` to the input before splitting.
+    pub normalize_text: bool,
+    /// Longest segment (characters) synthesized as one generation.
+    pub segment_chars: usize,
+}
+
+impl Default for StreamSettings {
+    fn default() -> Self {
+        Self {
+            first_chunk_frames: 4,
+            chunk_frames: 16,
+            normalize_text: true,
+            segment_chars: crate::text::DEFAULT_SEGMENT_CHARS,
+        }
+    }
+}
+
+/// Crossfade between segments: 10 ms.
+const SEGMENT_FADE_SAMPLES: usize = audio::SAMPLE_RATE as usize / 100;
 
 /// What the HTTP layer needs to know about the loaded model.
 #[derive(Clone, Debug)]
@@ -83,7 +111,12 @@ fn run(
         }
     };
     while let Some(job) = jobs.blocking_recv() {
-        run_job(&model, job, settings.panic_on_input.as_deref());
+        run_job(
+            &model,
+            job,
+            settings.panic_on_input.as_deref(),
+            &settings.streaming,
+        );
     }
     tracing::debug!("job queue closed: inference worker stops");
 }
@@ -118,7 +151,12 @@ enum Ended {
     },
 }
 
-fn run_job(model: &Voxtral<TchTensor>, job: SpeechJob, panic_on_input: Option<&str>) {
+fn run_job(
+    model: &Voxtral<TchTensor>,
+    job: SpeechJob,
+    panic_on_input: Option<&str>,
+    streaming: &StreamSettings,
+) {
     let outcome_counter = |outcome: &'static str| {
         metrics::counter!(metric_names::JOBS, "outcome" => outcome).increment(1);
     };
@@ -131,7 +169,9 @@ fn run_job(model: &Voxtral<TchTensor>, job: SpeechJob, panic_on_input: Option<&s
     });
     // The model holds no state across jobs (each generation has its own cache), so a panic
     // leaves nothing half-updated: the next job can use it.
-    let result = catch_unwind(AssertUnwindSafe(|| synthesize(model, &job, panic_on_input)));
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        synthesize(model, &job, panic_on_input, streaming)
+    }));
     let event = match result {
         Ok(Ok(Ended::Completed(summary))) => {
             outcome_counter("completed");
@@ -156,45 +196,101 @@ fn run_job(model: &Voxtral<TchTensor>, job: SpeechJob, panic_on_input: Option<&s
     let _ = job.events.send(event);
 }
 
+/// The segments a job's text is synthesized as, in order (never empty).
+fn segments(text: &str, streaming: &StreamSettings) -> Vec<String> {
+    let opts = if streaming.normalize_text {
+        crate::text::NormalizeOptions::default()
+    } else {
+        crate::text::NormalizeOptions::NONE
+    };
+    let segments = crate::text::prepare_segments(text, &opts, streaming.segment_chars.max(1));
+    if segments.is_empty() {
+        vec![text.to_string()]
+    } else {
+        segments
+    }
+}
+
+/// Generates the job's segments one after another, sending audio as it is decoded: the
+/// first chunk after `first_chunk_frames` frames, then every `chunk_frames`. Segments are
+/// joined with a short crossfade.
 fn synthesize(
     model: &Voxtral<TchTensor>,
     job: &SpeechJob,
     panic_on_input: Option<&str>,
+    streaming: &StreamSettings,
 ) -> Result<Ended, SynthError> {
     if panic_on_input == Some(job.request.text.as_str()) {
         panic!("test_panic_on_input matched this request's input");
     }
     let started = Instant::now();
-    let mut generation = model.start(&job.request)?;
-    let mut frames = 0;
-    while generation.next_frame().is_some() {
-        frames += 1;
-        if job.events.is_closed() {
-            metrics::counter!(metric_names::FRAMES).increment(frames);
-            return Ok(Ended::Cancelled {
-                frames: frames as usize,
-            });
+    let first_chunk = streaming.first_chunk_frames.max(1);
+    let chunk = streaming.chunk_frames.max(1);
+    let mut joiner = audio::join::SegmentJoiner::new(SEGMENT_FADE_SAMPLES);
+    let mut total_frames = 0usize;
+    let mut prompt_tokens = 0;
+    let mut samples = 0usize;
+    let mut stop = None;
+    let mut first = true;
+    let send = |pcm: Vec<f32>, samples: &mut usize| {
+        if !pcm.is_empty() {
+            *samples += pcm.len();
+            let _ = job.events.send(JobEvent::Audio(pcm));
         }
+    };
+    for (index, text) in segments(&job.request.text, streaming)
+        .into_iter()
+        .enumerate()
+    {
+        let mut request = job.request.clone();
+        request.text = text;
+        if let crate::model::Noise::Seeded { seed, .. } = &mut request.noise {
+            *seed = seed.wrapping_add(index as u64);
+        }
+        let mut generation = model.start(&request)?;
+        prompt_tokens += generation.prompt_ids.len();
+        joiner.begin_segment();
+        let mut decoded = 0;
+        let mut next_chunk = if first { first_chunk } else { chunk };
+        loop {
+            let more = generation.next_frame().is_some();
+            if more {
+                total_frames += 1;
+                metrics::counter!(metric_names::FRAMES).increment(1);
+                if job.events.is_closed() {
+                    return Ok(Ended::Cancelled {
+                        frames: total_frames,
+                    });
+                }
+            }
+            let frames = generation.frames().len();
+            if frames > decoded && (frames >= next_chunk || !more) {
+                let pcm = model.decode_tail(generation.frames(), decoded)?;
+                decoded = frames;
+                next_chunk = frames + chunk;
+                first = false;
+                send(joiner.extend(&pcm), &mut samples);
+            }
+            if !more {
+                break;
+            }
+        }
+        stop = generation.stop_reason();
     }
-    metrics::counter!(metric_names::FRAMES).increment(frames);
-    let prompt_tokens = generation.prompt_ids.len();
-    // Decodes all frames at once; incremental decoding will stream Audio chunks per frame.
-    let synthesis = generation.finish()?;
+    send(joiner.finish(), &mut samples);
     let synthesis_time = started.elapsed();
-    let audio_seconds = synthesis.pcm.len() as f64 / f64::from(model.sample_rate());
+    let audio_seconds = samples as f64 / f64::from(model.sample_rate());
     metrics::histogram!(metric_names::AUDIO_SECONDS).record(audio_seconds);
     if audio_seconds > 0.0 {
         metrics::histogram!(metric_names::REAL_TIME_FACTOR)
             .record(synthesis_time.as_secs_f64() / audio_seconds);
     }
-    let summary = JobSummary {
+    Ok(Ended::Completed(JobSummary {
         prompt_tokens,
-        frames: synthesis.codes.len(),
-        stop: synthesis.stop,
+        frames: total_frames,
+        stop: stop.unwrap_or(crate::model::StopReason::MaxFrames),
         synthesis_time,
-    };
-    let _ = job.events.send(JobEvent::Audio(synthesis.pcm));
-    Ok(Ended::Completed(summary))
+    }))
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

@@ -92,7 +92,7 @@ impl ApiError {
         )
     }
 
-    fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self.status {
             StatusCode::UNAUTHORIZED => "authentication_error",
             StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",

@@ -15,7 +15,7 @@ mod state;
 mod voice_catalog;
 
 use crate::config::ServerConfig;
-use crate::infer::{start_worker, EngineState, WorkerSettings};
+use crate::infer::{start_worker, EngineState, StreamSettings, WorkerSettings};
 use anyhow::{anyhow, Context};
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, Request, StatusCode};
@@ -146,6 +146,12 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
             device: config.device,
             dtype: config.dtype.into(),
             panic_on_input: config.test_panic_on_input.clone(),
+            streaming: StreamSettings {
+                first_chunk_frames: config.first_chunk_frames,
+                chunk_frames: config.chunk_frames,
+                normalize_text: config.normalize_text,
+                segment_chars: config.segment_chars,
+            },
         },
         config.queue_capacity,
     )

@@ -5,10 +5,12 @@ mod request;
 
 use request::{SpeechRequest, StreamFormat};
 
-use crate::audio::{encode_audio, time_stretch};
+use crate::audio::{
+    encode_audio, stream_encoder, time_stretch, AudioError, AudioFormat, StreamEncoder,
+};
 use crate::infer::{JobError, JobEvent, JobSummary, SubmitError};
 use crate::model::SynthError;
-use crate::server::error::{ApiError, ErrorResponse};
+use crate::server::error::{ApiError, ErrorDetail, ErrorResponse};
 use crate::server::json::JsonBody;
 use crate::server::metrics::{QUEUE_WAIT, TIME_TO_FIRST_AUDIO};
 use crate::server::state::AppState;
@@ -17,6 +19,7 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::Response;
 use base64::Engine;
+use bytes::Bytes;
 use serde::Serialize;
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -70,6 +73,8 @@ enum SseEvent<'a> {
     Delta { audio: &'a str },
     #[serde(rename = "speech.audio.done")]
     Done { usage: Usage },
+    #[serde(rename = "error")]
+    Error { error: ErrorDetail },
 }
 
 /// Usage in OpenAI's terms: prompt tokens in, audio frames out.
@@ -127,92 +132,252 @@ pub async fn create_speech(
         .with_retry_after(1),
         SubmitError::WorkerStopped => ApiError::shutting_down(),
     })?;
-    let (pcm, summary) = collect_audio(events).await?;
+    let mut events = events;
+    // Errors before any audio (e.g. the tokenizer's limits) still get their status code.
+    let first = first_audio(&mut events).await?;
     let (format, speed) = (speech.format, speech.speed);
-    let audio = tokio::task::spawn_blocking(move || {
-        let pcm = if speed == 1.0 {
-            pcm
-        } else {
-            time_stretch(&pcm, speed)
-        };
-        encode_audio(format, &pcm)
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("audio encoding stopped: {e}")))?
-    .map_err(|e| ApiError::internal(format!("audio encoding failed: {e}")))?;
-    metrics::histogram!(TIME_TO_FIRST_AUDIO).record(received.elapsed().as_secs_f64());
-    tracing::info!(
-        model = %speech.model,
-        voice = %voice,
-        frames = summary.frames,
-        stop = ?summary.stop,
-        synthesis_ms = summary.synthesis_time.as_millis() as u64,
-        %format,
-        bytes = audio.len(),
-        "speech done"
-    );
-    let response = match speech.stream_format {
-        StreamFormat::Audio => Response::builder()
-            .header(header::CONTENT_TYPE, format.content_type())
-            .body(Body::from(audio)),
-        StreamFormat::Sse => Response::builder()
-            .header(header::CONTENT_TYPE, "text/event-stream")
-            .header(header::CACHE_CONTROL, "no-cache")
-            .body(Body::from(sse_body(&audio, &summary))),
-    };
-    let mut response = response.expect("static headers are valid");
+    let mut response = match speech.stream_format {
+        None => {
+            let (pcm, summary) = collect_audio(first, events).await?;
+            let audio = tokio::task::spawn_blocking(move || {
+                let pcm = if speed == 1.0 {
+                    pcm
+                } else {
+                    time_stretch(&pcm, speed)
+                };
+                encode_audio(format, &pcm)
+            })
+            .await
+            .map_err(|e| ApiError::internal(format!("audio encoding stopped: {e}")))?
+            .map_err(|e| ApiError::internal(format!("audio encoding failed: {e}")))?;
+            metrics::histogram!(TIME_TO_FIRST_AUDIO).record(received.elapsed().as_secs_f64());
+            tracing::info!(
+                model = %speech.model,
+                voice = %voice,
+                frames = summary.frames,
+                stop = ?summary.stop,
+                synthesis_ms = summary.synthesis_time.as_millis() as u64,
+                %format,
+                bytes = audio.len(),
+                "speech done"
+            );
+            Response::builder()
+                .header(header::CONTENT_TYPE, format.content_type())
+                .body(Body::from(audio))
+        }
+        Some(stream_format) => {
+            metrics::histogram!(TIME_TO_FIRST_AUDIO).record(received.elapsed().as_secs_f64());
+            let encoder = stream_encoder(format)
+                .map_err(|e| ApiError::internal(format!("audio encoding failed: {e}")))?;
+            let sse = stream_format == StreamFormat::Sse;
+            let streamer = Streamer {
+                events,
+                pending: first,
+                encoder: Some(encoder),
+                speed,
+                held: Vec::new(),
+                sse,
+                done: false,
+                format,
+            };
+            let body =
+                Body::from_stream(futures_util::stream::unfold(streamer, |mut s| async move {
+                    s.next_item().await.map(|item| (item, s))
+                }));
+            let content_type = if sse {
+                "text/event-stream"
+            } else {
+                format.content_type()
+            };
+            Response::builder()
+                .header(header::CONTENT_TYPE, content_type)
+                .header(header::CACHE_CONTROL, "no-cache")
+                .body(body)
+        }
+    }
+    .expect("static headers are valid");
     response
         .headers_mut()
         .insert(SEED_HEADER, speech.seed.into());
     Ok(response)
 }
 
-/// Waits for the job's events and gathers its audio.
-async fn collect_audio(
-    mut events: UnboundedReceiver<JobEvent>,
-) -> Result<(Vec<f32>, JobSummary), ApiError> {
-    let mut pcm = Vec::new();
+/// The error a failed job gets, before any audio was sent.
+fn job_error(e: JobError) -> ApiError {
+    match e {
+        // Limits only the tokenizer can check: the text's fault, not the server's.
+        JobError::Synthesis(e @ (SynthError::TooLong { .. } | SynthError::EmptyText)) => {
+            ApiError::invalid("input", e.to_string())
+        }
+        e => ApiError::internal(format!("Synthesis failed: {e}")),
+    }
+}
+
+fn worker_stopped() -> ApiError {
+    ApiError::internal("The inference worker stopped before finishing this request.")
+}
+
+/// Waits for the job's first audio; `None` when it finished without any.
+async fn first_audio(
+    events: &mut UnboundedReceiver<JobEvent>,
+) -> Result<Option<JobEvent>, ApiError> {
     while let Some(event) = events.recv().await {
         match event {
             JobEvent::Started { queued } => {
                 metrics::histogram!(QUEUE_WAIT).record(queued.as_secs_f64());
             }
-            JobEvent::Audio(chunk) => pcm.extend(chunk),
-            JobEvent::Done(summary) => return Ok((pcm, summary)),
-            // Limits only the tokenizer can check: the text's fault, not the server's.
-            JobEvent::Failed(JobError::Synthesis(
-                e @ (SynthError::TooLong { .. } | SynthError::EmptyText),
-            )) => return Err(ApiError::invalid("input", e.to_string())),
-            JobEvent::Failed(e) => {
-                return Err(ApiError::internal(format!("Synthesis failed: {e}")))
-            }
+            JobEvent::Failed(e) => return Err(job_error(e)),
+            event => return Ok(Some(event)),
         }
     }
-    Err(ApiError::internal(
-        "The inference worker stopped before finishing this request.",
-    ))
+    Err(worker_stopped())
 }
 
-/// OpenAI's speech SSE stream, made from the finished audio.
-fn sse_body(audio: &[u8], summary: &JobSummary) -> String {
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let mut body = String::new();
-    let mut push = |event: &SseEvent| {
-        body.push_str("data: ");
-        body.push_str(&serde_json::to_string(event).expect("serializable"));
-        body.push_str("\n\n");
-    };
-    for chunk in audio.chunks(SSE_CHUNK_BYTES) {
-        push(&SseEvent::Delta {
-            audio: &b64.encode(chunk),
-        });
+/// Gathers the rest of the job's audio.
+async fn collect_audio(
+    first: Option<JobEvent>,
+    mut events: UnboundedReceiver<JobEvent>,
+) -> Result<(Vec<f32>, JobSummary), ApiError> {
+    let mut pcm = Vec::new();
+    let mut next = first;
+    loop {
+        let event = match next.take() {
+            Some(event) => event,
+            None => events.recv().await.ok_or_else(worker_stopped)?,
+        };
+        match event {
+            JobEvent::Started { .. } => {}
+            JobEvent::Audio(chunk) => pcm.extend(chunk),
+            JobEvent::Done(summary) => return Ok((pcm, summary)),
+            JobEvent::Failed(e) => return Err(job_error(e)),
+        }
     }
-    push(&SseEvent::Done {
-        usage: Usage {
-            input_tokens: summary.prompt_tokens,
-            output_tokens: summary.frames,
-            total_tokens: summary.prompt_tokens + summary.frames,
-        },
-    });
-    body
+}
+
+/// A streamed response: encodes each audio chunk as it arrives. Dropping it (the client
+/// went away) drops the job's receiver, which stops the job at its next frame.
+struct Streamer {
+    events: UnboundedReceiver<JobEvent>,
+    pending: Option<JobEvent>,
+    encoder: Option<Box<dyn StreamEncoder>>,
+    /// With a speed change the audio is stretched as a whole, so it is held until the end.
+    speed: f32,
+    held: Vec<f32>,
+    sse: bool,
+    done: bool,
+    format: AudioFormat,
+}
+
+impl Streamer {
+    async fn next_item(&mut self) -> Option<Result<Bytes, std::io::Error>> {
+        if self.done {
+            return None;
+        }
+        loop {
+            let event = match self.pending.take() {
+                Some(event) => event,
+                None => match self.events.recv().await {
+                    Some(event) => event,
+                    None => return Some(self.fail(worker_stopped())),
+                },
+            };
+            let result = match event {
+                JobEvent::Started { .. } => continue,
+                JobEvent::Audio(pcm) if self.speed != 1.0 => {
+                    self.held.extend(pcm);
+                    continue;
+                }
+                JobEvent::Audio(pcm) => match self.encoder.as_mut().map(|e| e.push(&pcm)) {
+                    Some(Ok(bytes)) if bytes.is_empty() => continue,
+                    Some(Ok(bytes)) => Ok(self.wrap(&bytes, None)),
+                    Some(Err(e)) => Err(e),
+                    None => continue,
+                },
+                JobEvent::Done(summary) => {
+                    self.done = true;
+                    self.finish().map(|bytes| self.wrap(&bytes, Some(&summary)))
+                }
+                JobEvent::Failed(e) => return Some(self.fail(job_error(e))),
+            };
+            return Some(match result {
+                Ok(bytes) => Ok(bytes),
+                Err(e) => self.fail(ApiError::internal(format!("audio encoding failed: {e}"))),
+            });
+        }
+    }
+
+    /// The encoder's last bytes (after the held audio, with a speed change).
+    fn finish(&mut self) -> Result<Vec<u8>, AudioError> {
+        let Some(mut encoder) = self.encoder.take() else {
+            return Ok(Vec::new());
+        };
+        let mut bytes = Vec::new();
+        if self.speed != 1.0 {
+            let pcm = time_stretch(&std::mem::take(&mut self.held), self.speed);
+            bytes = encoder.push(&pcm)?;
+        }
+        bytes.extend(encoder.finish()?);
+        Ok(bytes)
+    }
+
+    /// Encoded audio as sent: raw, or as SSE delta events (and the done event at the end).
+    fn wrap(&self, bytes: &[u8], done: Option<&JobSummary>) -> Bytes {
+        if !self.sse {
+            return Bytes::copy_from_slice(bytes);
+        }
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let mut body = String::new();
+        for chunk in bytes.chunks(SSE_CHUNK_BYTES) {
+            push_event(
+                &mut body,
+                &SseEvent::Delta {
+                    audio: &b64.encode(chunk),
+                },
+            );
+        }
+        if let Some(summary) = done {
+            push_event(
+                &mut body,
+                &SseEvent::Done {
+                    usage: Usage {
+                        input_tokens: summary.prompt_tokens,
+                        output_tokens: summary.frames,
+                        total_tokens: summary.prompt_tokens + summary.frames,
+                    },
+                },
+            );
+            tracing::info!(frames = summary.frames, format = %self.format, "speech streamed");
+        }
+        Bytes::from(body)
+    }
+
+    /// Ends the stream after an error: an SSE error event, or (raw audio, where the status
+    /// was already sent) a cut connection.
+    fn fail(&mut self, error: ApiError) -> Result<Bytes, std::io::Error> {
+        self.done = true;
+        tracing::warn!(message = %error.message, "speech stream failed");
+        if self.sse {
+            let mut body = String::new();
+            push_event(
+                &mut body,
+                &SseEvent::Error {
+                    error: ErrorDetail {
+                        kind: error.kind(),
+                        message: error.message,
+                        param: error.param,
+                        code: error.code,
+                    },
+                },
+            );
+            Ok(Bytes::from(body))
+        } else {
+            Err(std::io::Error::other(error.message))
+        }
+    }
+}
+
+fn push_event(body: &mut String, event: &SseEvent) {
+    body.push_str("data: ");
+    body.push_str(&serde_json::to_string(event).expect("serializable"));
+    body.push_str("\n\n");
 }

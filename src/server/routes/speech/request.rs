@@ -31,11 +31,12 @@ pub struct SpeechRequest {
     /// Playback speed, 0.25 to 4.0 (default 1.0), applied with a pitch-preserving time stretch.
     #[schema(minimum = 0.25, maximum = 4.0, example = 1.0)]
     pub speed: Option<f32>,
-    /// `audio` (default): the body is the audio file. `sse`: Server-Sent Events, OpenAI's
-    /// `speech.audio.delta` events with base64 audio, then `speech.audio.done` with usage.
-    /// Note: for now both are sent once synthesis has finished, not incrementally.
-    #[serde(default)]
-    pub stream_format: StreamFormat,
+    /// Absent: the complete audio file, sent once synthesis has finished. `audio`: the
+    /// audio file streamed (chunked transfer) while it is generated; WAV then has
+    /// "unknown length" (0xFFFFFFFF) sizes. `sse`: Server-Sent Events while it is generated,
+    /// OpenAI's `speech.audio.delta` events with base64 audio, then `speech.audio.done` with
+    /// usage; an error after the first event arrives as `{"type": "error", "error": {...}}`.
+    pub stream_format: Option<StreamFormat>,
     /// Extension: the sampling seed. The same request with the same seed gives the same
     /// audio. Random when absent; the seed used is returned in the `x-voxtral-seed` header.
     pub seed: Option<u64>,
@@ -95,10 +96,9 @@ impl From<ResponseFormat> for AudioFormat {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ToSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum StreamFormat {
-    #[default]
     Audio,
     Sse,
 }
@@ -110,7 +110,8 @@ pub struct Speech {
     pub synthesis: SynthesisRequest,
     pub format: AudioFormat,
     pub speed: f32,
-    pub stream_format: StreamFormat,
+    /// `None`: the whole file at the end.
+    pub stream_format: Option<StreamFormat>,
     pub seed: u64,
 }
 
@@ -212,7 +213,7 @@ mod tests {
     fn defaults_follow_openai() {
         let s = validate(json!({"model": "tts-1", "input": "Hi", "voice": "alloy"})).unwrap();
         assert_eq!(s.format, AudioFormat::Mp3);
-        assert_eq!((s.speed, s.stream_format), (1.0, StreamFormat::Audio));
+        assert_eq!((s.speed, s.stream_format), (1.0, None));
         assert_eq!(s.synthesis.voice, "neutral_female");
         assert_eq!(s.synthesis.max_frames, DEFAULT_MAX_FRAMES);
     }
@@ -229,7 +230,7 @@ mod tests {
         assert!(matches!(s.synthesis.noise, Noise::Seeded { seed: 7, scale } if scale == 1.0));
         assert_eq!((s.format, s.speed), (AudioFormat::Flac, 1.5));
         assert_eq!(s.synthesis.voice, "fr_male");
-        assert_eq!(s.stream_format, StreamFormat::Sse);
+        assert_eq!(s.stream_format, Some(StreamFormat::Sse));
     }
 
     #[test]
