@@ -381,3 +381,73 @@ fn push_event(body: &mut String, event: &SseEvent) {
     body.push_str(&serde_json::to_string(event).expect("serializable"));
     body.push_str("\n\n");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::StopReason;
+    use std::time::Duration;
+
+    fn streamer(sse: bool, events: UnboundedReceiver<JobEvent>) -> Streamer {
+        Streamer {
+            events,
+            pending: None,
+            encoder: Some(stream_encoder(AudioFormat::Pcm).unwrap()),
+            speed: 1.0,
+            held: Vec::new(),
+            sse,
+            done: false,
+            format: AudioFormat::Pcm,
+        }
+    }
+
+    async fn drain(mut s: Streamer) -> Vec<Result<Bytes, std::io::Error>> {
+        let mut items = Vec::new();
+        while let Some(item) = s.next_item().await {
+            items.push(item);
+        }
+        items
+    }
+
+    #[tokio::test]
+    async fn an_error_after_audio_is_an_sse_error_event() {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tx.send(JobEvent::Audio(vec![0.5; 4])).unwrap();
+        tx.send(JobEvent::Failed(JobError::Panicked("boom".into())))
+            .unwrap();
+        let items = drain(streamer(true, rx)).await;
+        assert_eq!(items.len(), 2);
+        let text: Vec<String> = items
+            .into_iter()
+            .map(|i| String::from_utf8(i.unwrap().to_vec()).unwrap())
+            .collect();
+        assert!(text[0].starts_with("data: {\"type\":\"speech.audio.delta\""));
+        let error: serde_json::Value =
+            serde_json::from_str(text[1].strip_prefix("data: ").unwrap().trim()).unwrap();
+        assert_eq!(error["type"], "error");
+        assert_eq!(error["error"]["type"], "server_error");
+        assert!(error["error"]["message"].as_str().unwrap().contains("boom"));
+    }
+
+    #[tokio::test]
+    async fn an_error_after_audio_cuts_a_raw_stream_and_done_ends_it() {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tx.send(JobEvent::Audio(vec![0.5; 4])).unwrap();
+        drop(tx);
+        let items = drain(streamer(false, rx)).await;
+        assert_eq!(items[0].as_ref().unwrap().len(), 8);
+        assert!(items[1].is_err(), "the worker went away: the stream errors");
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tx.send(JobEvent::Audio(vec![0.5; 4])).unwrap();
+        tx.send(JobEvent::Done(JobSummary {
+            prompt_tokens: 3,
+            frames: 1,
+            stop: StopReason::EndAudio,
+            synthesis_time: Duration::ZERO,
+        }))
+        .unwrap();
+        let items = drain(streamer(true, rx)).await;
+        let last = String::from_utf8(items.last().unwrap().as_ref().unwrap().to_vec()).unwrap();
+        assert!(last.contains("\"total_tokens\":4"), "{last}");
+    }
+}
