@@ -702,7 +702,7 @@ fn a_model_that_fails_to_load_stops_the_server_with_an_error() {
 fn sigterm_finishes_in_flight_requests_and_refuses_new_ones() {
     let mut server = Server::start(&[]);
     let server_ref = &server;
-    let in_flight = std::thread::scope(|scope| {
+    let (in_flight, streamed_reply) = std::thread::scope(|scope| {
         let request = scope.spawn(|| server_ref.speech(speech_body("ash", "pcm", 4, 150)));
         server_ref.wait_for("the job to start", || {
             metric(
@@ -711,13 +711,25 @@ fn sigterm_finishes_in_flight_requests_and_refuses_new_ones() {
                 &[],
             ) == Some(1.0)
         });
+        // Queued behind it: a streamed response is in flight until its last byte, not
+        // just its headers.
+        let streaming =
+            scope.spawn(|| server_ref.speech(streamed(speech_body("ash", "pcm", 4, 100), "audio")));
+        server_ref.wait_for("the second job to queue", || {
+            metric(&server_ref.metrics(), "voxtral_queue_depth", &[]) == Some(1.0)
+        });
         server_ref.signal("-TERM");
         server_ref.wait_for("draining", || server_ref.get("/ready").status == 503);
         let refused = server_ref.speech(speech_body("ash", "pcm", 4, 2));
         assert_eq!(refused.error(503).2.as_deref(), Some("shutting_down"));
         assert_eq!(server_ref.get("/health").status, 200);
-        request.join().unwrap()
+        (request.join().unwrap(), streaming.join().unwrap())
     });
+    assert_eq!(
+        pcm_samples(&streamed_reply).len(),
+        100 * FRAME,
+        "the stream finished in full"
+    );
     assert_eq!(
         pcm_samples(&in_flight).len(),
         150 * FRAME,

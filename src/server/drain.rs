@@ -3,10 +3,13 @@
 
 use super::error::ApiError;
 use super::state::AppState;
+use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use tokio::sync::watch;
 
 pub struct Drain {
@@ -45,16 +48,16 @@ impl Drain {
 }
 
 /// Counts a request as in flight until it is dropped (answered, or abandoned by its client).
-struct InFlight<'a>(&'a Drain);
+struct InFlight(Arc<Drain>);
 
-impl<'a> InFlight<'a> {
-    fn new(drain: &'a Drain) -> Self {
+impl InFlight {
+    fn new(drain: Arc<Drain>) -> Self {
         drain.in_flight.send_modify(|n| *n += 1);
         InFlight(drain)
     }
 }
 
-impl Drop for InFlight<'_> {
+impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.send_modify(|n| *n -= 1);
     }
@@ -69,6 +72,17 @@ pub async fn reject_while_draining(
     if app.drain.is_draining() {
         return ApiError::shutting_down().into_response();
     }
-    let _in_flight = InFlight::new(&app.drain);
-    next.run(request).await
+    let in_flight = InFlight::new(app.drain.clone());
+    let response = next.run(request).await;
+    if response.body().size_hint().exact().is_some() {
+        return response;
+    }
+    // A streamed body is still being produced: the request stays in flight until it ends
+    // (or its client goes away).
+    let (parts, body) = response.into_parts();
+    let body = body.into_data_stream().map(move |chunk| {
+        let _ = &in_flight;
+        chunk
+    });
+    Response::from_parts(parts, Body::from_stream(body))
 }
