@@ -2,7 +2,7 @@
 """Golden generator for the Voxtral-4B-TTS Rust engine.
 
 Runs the mlx-audio 0.6.2 implementation of Voxtral TTS on CPU in float32, with the
-run-time fixes listed in /work/shared/docs/voxtral-tts-spec.md ("Known deviations"),
+run-time fixes listed in the project spec (shared/docs/voxtral-tts-spec.md) ("Known deviations"),
 so that its output follows the reference semantics (vLLM-Omni) exactly up to f32
 rounding.  Nothing from mlx-audio is copied here: the package is imported from the
 venv and individual functions/methods are replaced at run time (see PATCHES below
