@@ -1,0 +1,291 @@
+//! Helpers shared by the tests that run a real `voxtral-tts serve` process: start it on a free
+//! port with a tiny random checkpoint, call it over HTTP, decode audio with ffmpeg.
+// Each test binary uses only some of these.
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+use voxtral_tts::testmodel::{cached_test_model, Preset};
+
+/// Samples per frame (80 ms at 24 kHz).
+pub const FRAME: usize = 1920;
+pub const OPENAI_VOICES: [&str; 13] = [
+    "alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse",
+    "marin", "cedar",
+];
+
+pub fn model() -> PathBuf {
+    cached_test_model(Preset::Tiny, 0).unwrap()
+}
+
+/// A `voxtral-tts serve` child process, killed when dropped.
+pub struct Server {
+    pub child: Child,
+    pub base: String,
+    pub log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// Starts a server on the tiny model with these `VOXTRAL_*` settings and waits until ready.
+    pub fn start(env: &[(&str, &str)]) -> Server {
+        let server = Server::spawn(&model(), &[], env);
+        server.wait_ready();
+        server
+    }
+
+    /// Starts a server and waits only until it listens (the model may still be loading).
+    pub fn spawn(model: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_voxtral-tts"));
+        cmd.args(["serve", "--port", "0", "--model"])
+            .arg(model)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (key, _) in std::env::vars() {
+            if key.starts_with("VOXTRAL_") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.envs(env.iter().copied());
+        let mut child = cmd.spawn().expect("spawn voxtral-tts serve");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (address_tx, address_rx) = mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(address) = line.split("listening on ").nth(1) {
+                    let _ = address_tx.send(address.trim().to_string());
+                }
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let base = address_rx
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|_| panic!("server did not start:\n{}", log.lock().unwrap()));
+        Server { child, base, log }
+    }
+
+    pub fn wait_ready(&self) {
+        self.wait_for("the server to be ready", || {
+            self.get("/ready").status == 200
+        });
+    }
+
+    pub fn wait_for(&self, what: &str, mut condition: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !condition() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn logs(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn get(&self, path: &str) -> Reply {
+        send(agent().get(&self.url(path)), None)
+    }
+
+    pub fn post_json(&self, path: &str, body: &Value) -> Reply {
+        let request = agent()
+            .post(&self.url(path))
+            .set("Content-Type", "application/json");
+        send(request, Some(body.to_string().as_bytes()))
+    }
+
+    pub fn speech(&self, body: Value) -> Reply {
+        self.post_json("/v1/audio/speech", &body)
+    }
+
+    pub fn metrics(&self) -> String {
+        String::from_utf8(self.get("/metrics").body).unwrap()
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let ok = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {signal}");
+    }
+
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server did not exit:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!("{e}: {}", String::from_utf8_lossy(&self.body));
+        })
+    }
+
+    /// Checks OpenAI's error shape and the status; returns (type, param, code).
+    pub fn error(&self, status: u16) -> (String, Option<String>, Option<String>) {
+        let body = self.json();
+        assert_eq!(self.status, status, "{body}");
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/json"),
+            "{body}"
+        );
+        let error = body["error"].as_object().expect("an `error` object");
+        let mut keys: Vec<&str> = error.keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(keys, ["code", "message", "param", "type"], "{body}");
+        assert!(!error["message"].as_str().unwrap().is_empty());
+        let text = |v: &Value| v.as_str().map(String::from);
+        (
+            text(&error["type"]).unwrap(),
+            text(&error["param"]),
+            text(&error["code"]),
+        )
+    }
+}
+
+pub fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(300))
+        .build()
+}
+
+pub fn send(request: ureq::Request, body: Option<&[u8]>) -> Reply {
+    let result = match body {
+        Some(bytes) => request.send_bytes(bytes),
+        None => request.call(),
+    };
+    let response = match result {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("request failed: {e}"),
+    };
+    let headers = response
+        .headers_names()
+        .into_iter()
+        .map(|name| {
+            let value = response.header(&name).unwrap_or_default().to_string();
+            (name, value)
+        })
+        .collect();
+    let status = response.status();
+    let mut body = Vec::new();
+    response.into_reader().read_to_end(&mut body).unwrap();
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+pub fn speech_body(voice: &str, format: &str, seed: u64, frames: usize) -> Value {
+    json!({"model": "tts-1", "input": "Testing the speech server.", "voice": voice,
+        "response_format": format, "seed": seed, "max_frames": frames})
+}
+
+pub fn pcm_samples(reply: &Reply) -> Vec<i16> {
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    assert_eq!(reply.header("content-type"), Some("audio/pcm"));
+    reply
+        .body
+        .chunks_exact(2)
+        .map(|b| i16::from_le_bytes([b[0], b[1]]))
+        .collect()
+}
+
+/// The value of the first sample of `name` whose labels include all of `labels`.
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter(|line| {
+            line.starts_with(&format!("{name} ")) || line.starts_with(&format!("{name}{{"))
+        })
+        .find(|line| {
+            labels
+                .iter()
+                .all(|(k, v)| line.contains(&format!("{k}=\"{v}\"")))
+        })
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+}
+
+/// Decodes with ffmpeg at the file's own rate: (sample rate, channels, samples).
+pub fn decode(format: &str, bytes: &[u8]) -> (u32, u32, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(format!("clip.{format}"));
+    std::fs::write(&path, bytes).unwrap();
+    let probe = Command::new("ffprobe")
+        .args(["-v", "error", "-select_streams", "a:0", "-show_entries"])
+        .args(["stream=sample_rate,channels", "-of", "csv=p=0"])
+        .arg(&path)
+        .output()
+        .expect("ffprobe is needed (scripts/setup.sh installs ffmpeg)");
+    let probed = String::from_utf8_lossy(&probe.stdout);
+    let mut fields = probed.trim().split(',').map(|f| f.parse::<u32>().unwrap());
+    let (rate, channels) = (fields.next().unwrap(), fields.next().unwrap());
+    let out = Command::new("ffmpeg")
+        .args(["-nostdin", "-v", "error", "-i"])
+        .arg(&path)
+        .args(["-f", "s16le", "-acodec", "pcm_s16le", "-"])
+        .output()
+        .expect("ffmpeg is needed (scripts/setup.sh installs it)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.trim().is_empty(),
+        "{format}: {stderr}"
+    );
+    (rate, channels, out.stdout.len() / 2 / channels as usize)
+}
