@@ -30,6 +30,10 @@ pub struct ServerConfig {
     pub device: DeviceChoice,
     pub dtype: ComputeDType,
     pub queue_capacity: usize,
+    /// Most requests generating together.
+    pub max_batch_size: usize,
+    /// KV-cache memory the running requests may reserve together, in MiB.
+    pub kv_cache_budget_mib: usize,
     pub max_input_chars: usize,
     /// Frames (80 ms each) before the first audio chunk of a response.
     pub first_chunk_frames: usize,
@@ -147,6 +151,8 @@ impl ServerConfig {
         for (key, value) in [
             ("queue_capacity", config.queue_capacity),
             ("max_input_chars", config.max_input_chars),
+            ("max_batch_size", config.max_batch_size),
+            ("kv_cache_budget_mib", config.kv_cache_budget_mib),
             ("first_chunk_frames", config.first_chunk_frames),
             ("chunk_frames", config.chunk_frames),
             ("segment_chars", config.segment_chars),

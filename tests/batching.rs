@@ -1,6 +1,10 @@
 //! Batched decode steps: every request in a batch gets exactly what it gets alone, whether it
-//! joins at the start or between steps, and however long the others run.
+//! joins at the start or between steps, and however long the others run; the worker batches
+//! queued jobs that way, within its batch size and KV budget.
 
+use std::time::Instant;
+use voxtral_tts::device::DeviceChoice;
+use voxtral_tts::infer::{start_worker, BatchSettings, JobEvent, StreamSettings, WorkerSettings};
 use voxtral_tts::model::{Generation, Noise, SynthesisRequest, Voxtral};
 use voxtral_tts::tensor::{tch_backend::TchTensor, DType};
 use voxtral_tts::testmodel::{cached_test_model, Preset};
@@ -104,4 +108,137 @@ fn batched_requests_equal_running_alone_f32() {
 #[test]
 fn batched_requests_equal_running_alone_bf16() {
     check(Preset::Tiny, DType::BF16);
+}
+
+/// What the worker sent for one job: its PCM, frames, and when it started and ended.
+struct Outcome {
+    pcm: Vec<f32>,
+    frames: usize,
+    started: Instant,
+    done: Instant,
+}
+
+/// Runs `jobs` through a real inference worker (all queued before it takes any) and collects
+/// each job's events on its own thread, so the times say which jobs ran together.
+fn run_worker(jobs: &[SynthesisRequest], batching: BatchSettings) -> Vec<Outcome> {
+    let settings = WorkerSettings {
+        model_dir: cached_test_model(Preset::Tiny, 0).unwrap(),
+        device: DeviceChoice::Cpu,
+        dtype: DType::F32,
+        panic_on_input: None,
+        // Short segments: the longer texts are spoken as two or three generations.
+        streaming: StreamSettings {
+            segment_chars: 24,
+            ..StreamSettings::default()
+        },
+        batching,
+    };
+    let (queue, _state, worker) = start_worker(settings, 16).unwrap();
+    let receivers: Vec<_> = jobs
+        .iter()
+        .map(|r| queue.submit(r.clone(), None).unwrap())
+        .collect();
+    drop(queue);
+    let collectors: Vec<_> = receivers
+        .into_iter()
+        .map(|mut events| {
+            std::thread::spawn(move || {
+                let (mut pcm, mut started) = (Vec::new(), None);
+                loop {
+                    match events.blocking_recv().expect("the job ends with Done") {
+                        JobEvent::Started { .. } => started = Some(Instant::now()),
+                        JobEvent::Audio(chunk) => pcm.extend(chunk),
+                        JobEvent::Done(summary) => {
+                            return Outcome {
+                                pcm,
+                                frames: summary.frames,
+                                started: started.unwrap(),
+                                done: Instant::now(),
+                            }
+                        }
+                        JobEvent::Failed(e) => panic!("job failed: {e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    let outcomes = collectors.into_iter().map(|c| c.join().unwrap()).collect();
+    worker.join().unwrap();
+    outcomes
+}
+
+/// Four jobs of different lengths, voices, noise and segment counts.
+fn worker_jobs() -> Vec<SynthesisRequest> {
+    let mut jobs = requests();
+    jobs[1].text = "A longer text. It is spoken as more than one segment, in order.".into();
+    jobs[3].max_frames = 9;
+    jobs
+}
+
+#[test]
+fn the_worker_batches_queued_jobs_and_each_gets_what_it_gets_alone() {
+    let jobs = worker_jobs();
+    let serial = run_worker(
+        &jobs,
+        BatchSettings {
+            max_batch_size: 1,
+            ..BatchSettings::default()
+        },
+    );
+    let batched = run_worker(&jobs, BatchSettings::default());
+    // One at a time: each job starts after the previous one ended.
+    for pair in serial.windows(2) {
+        assert!(
+            pair[1].started >= pair[0].done,
+            "max_batch_size 1 ran jobs together"
+        );
+    }
+    // Batched: every job started before the first one ended.
+    let first_done = batched.iter().map(|o| o.done).min().unwrap();
+    assert!(
+        batched.iter().all(|o| o.started < first_done),
+        "not batched"
+    );
+    for (i, (b, s)) in batched.iter().zip(&serial).enumerate() {
+        assert!(b.frames > 0 && !b.pcm.is_empty(), "job {i} made no audio");
+        assert_eq!(b.frames, s.frames, "job {i} frames");
+        assert_eq!(b.pcm, s.pcm, "job {i} pcm differs when batched");
+    }
+}
+
+#[test]
+fn jobs_beyond_the_kv_budget_wait_for_memory() {
+    let _guard = tch::no_grad_guard();
+    let jobs = worker_jobs();
+    let model = Voxtral::<TchTensor>::load(
+        &cached_test_model(Preset::Tiny, 0).unwrap(),
+        &tch::Device::Cpu,
+        DType::F32,
+    )
+    .unwrap();
+    // Room for jobs 0 and 2 (single segments) together, not for a third of any size.
+    let need = |r: &SynthesisRequest| {
+        let prompt = model.prompt_ids(&r.text, &r.voice).unwrap().len();
+        model.kv_cache_bytes(prompt + r.max_frames)
+    };
+    let budget = need(&jobs[0]) + need(&jobs[2]);
+    let order = [jobs[0].clone(), jobs[2].clone(), jobs[3].clone()];
+    let outcomes = run_worker(
+        &order,
+        BatchSettings {
+            max_batch_size: 8,
+            kv_cache_budget_bytes: budget,
+        },
+    );
+    let first_done = outcomes[0].done.min(outcomes[1].done);
+    assert!(
+        outcomes[1].started < first_done,
+        "the first two run together"
+    );
+    assert!(
+        outcomes[2].started >= first_done,
+        "the third job was admitted beyond the KV budget"
+    );
+    let alone = run_worker(&order[2..], BatchSettings::default());
+    assert_eq!(outcomes[2].pcm, alone[0].pcm);
 }

@@ -219,6 +219,7 @@ fn invalid_requests_get_openai_errors_naming_the_field() {
         (with("max_frames", json!(2049)), "max_frames"),
         (with("seed", json!(-1)), "seed"),
         (with("instructions", json!(["loud"])), "instructions"),
+        (with("normalize", json!("yes")), "normalize"),
     ];
     for (body, field) in cases {
         let reply = server.speech(body.clone());
@@ -316,7 +317,11 @@ fn api_keys_guard_the_v1_routes_only() {
 
 #[test]
 fn a_full_queue_gets_429_with_retry_after() {
-    let server = Server::start(&[("VOXTRAL_QUEUE_CAPACITY", "1")]);
+    // One job at a time, so the second one waits in the queue.
+    let server = Server::start(&[
+        ("VOXTRAL_QUEUE_CAPACITY", "1"),
+        ("VOXTRAL_MAX_BATCH_SIZE", "1"),
+    ]);
     // Long jobs, abandoned when the server is killed at the end: the threads get only the URL.
     let start_long_job = || {
         let url = server.url("/v1/audio/speech");
@@ -422,7 +427,8 @@ fn a_model_that_fails_to_load_stops_the_server_with_an_error() {
 
 #[test]
 fn sigterm_finishes_in_flight_requests_and_refuses_new_ones() {
-    let mut server = Server::start(&[]);
+    // One job at a time, so the second one is still queued when SIGTERM arrives.
+    let mut server = Server::start(&[("VOXTRAL_MAX_BATCH_SIZE", "1")]);
     let server_ref = &server;
     let (in_flight, streamed_reply) = std::thread::scope(|scope| {
         let request = scope.spawn(|| server_ref.speech(speech_body("ash", "pcm", 4, 150)));
@@ -848,4 +854,32 @@ fn long_input_is_split_into_segments_and_streams_the_same() {
     assert_eq!(samples, file);
     let frames = done["usage"]["output_tokens"].as_u64().unwrap();
     assert!(frames > 12, "frames of every segment: {frames}");
+}
+
+#[test]
+fn a_request_can_switch_text_normalization_off_and_on() {
+    let server = Server::start(&[]);
+    let input_tokens = |normalize: Option<bool>| {
+        let mut body = speech_body("nova", "pcm", 3, 2);
+        body["input"] = json!("**Bold** words and a link: https://example.com/a/b?c=d");
+        if let Some(normalize) = normalize {
+            body["normalize"] = json!(normalize);
+        }
+        let reply = server.speech(streamed(body, "sse"));
+        assert_eq!(reply.status, 200);
+        let events = sse_events(&reply.body);
+        events.last().unwrap()["usage"]["input_tokens"]
+            .as_u64()
+            .unwrap()
+    };
+    let (default, on, off) = (
+        input_tokens(None),
+        input_tokens(Some(true)),
+        input_tokens(Some(false)),
+    );
+    assert_eq!(default, on, "normalization is on by default");
+    assert!(
+        off > on,
+        "the raw markup and URL take more tokens: {off} vs {on}"
+    );
 }

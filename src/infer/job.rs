@@ -12,6 +12,8 @@ pub struct SpeechJob {
     /// its `max_frames`.
     pub events: UnboundedSender<JobEvent>,
     pub enqueued: Instant,
+    /// Overrides the server's `normalize_text` setting for this job.
+    pub normalize_text: Option<bool>,
 }
 
 /// What the worker reports, in this order: `Started`, `Audio` chunks, then `Done` or

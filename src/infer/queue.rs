@@ -29,12 +29,14 @@ impl JobQueue {
     pub fn submit(
         &self,
         request: SynthesisRequest,
+        normalize_text: Option<bool>,
     ) -> Result<UnboundedReceiver<JobEvent>, SubmitError> {
         let (events, receiver) = mpsc::unbounded_channel();
         let job = SpeechJob {
             request,
             events,
             enqueued: Instant::now(),
+            normalize_text,
         };
         match self.jobs.try_send(job) {
             Ok(()) => Ok(receiver),
@@ -43,7 +45,7 @@ impl JobQueue {
         }
     }
 
-    /// Jobs waiting (the one being run is not counted).
+    /// Jobs waiting to be admitted (running ones are not counted).
     pub fn depth(&self) -> usize {
         self.jobs.max_capacity() - self.jobs.capacity()
     }

@@ -1,19 +1,19 @@
-//! The inference worker: a plain thread that loads the model, then runs queued jobs one at a
-//! time. The async runtime never runs model code.
+//! The inference worker: a plain thread that loads the model, then runs queued jobs with
+//! continuous batching. The async runtime never runs model code.
 
-use super::job::{JobError, JobEvent, JobSummary, SpeechJob};
+use super::active::{ActiveJob, Admission, Ended};
+use super::job::{JobError, JobEvent, SpeechJob};
 use super::metric_names;
 use super::queue::JobQueue;
 use crate::audio;
 use crate::device::DeviceChoice;
-use crate::model::{SynthError, Voxtral};
+use crate::model::{Generation, Voxtral};
 use crate::tensor::tch_backend::TchTensor;
 use crate::tensor::DType;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
 use tokio::sync::{mpsc, watch};
 
 pub struct WorkerSettings {
@@ -23,6 +23,26 @@ pub struct WorkerSettings {
     /// Tests only: a job whose text is exactly this panics inside the worker.
     pub panic_on_input: Option<String>,
     pub streaming: StreamSettings,
+    pub batching: BatchSettings,
+}
+
+/// How many jobs advance together, and how much KV-cache memory they may hold.
+#[derive(Clone, Debug)]
+pub struct BatchSettings {
+    /// Most jobs generating at once (each step decodes one frame for every one of them).
+    pub max_batch_size: usize,
+    /// KV-cache bytes the running jobs may reserve together. A job that does not fit waits
+    /// for others to finish; one job alone always runs, whatever its size.
+    pub kv_cache_budget_bytes: usize,
+}
+
+impl Default for BatchSettings {
+    fn default() -> Self {
+        Self {
+            max_batch_size: 8,
+            kv_cache_budget_bytes: 2 << 30,
+        }
+    }
 }
 
 /// How a job's audio is cut into `Audio` events, and how its text is prepared.
@@ -48,9 +68,6 @@ impl Default for StreamSettings {
         }
     }
 }
-
-/// Crossfade between segments: 10 ms.
-const SEGMENT_FADE_SAMPLES: usize = audio::SAMPLE_RATE as usize / 100;
 
 /// What the HTTP layer needs to know about the loaded model.
 #[derive(Clone, Debug)]
@@ -110,14 +127,13 @@ fn run(
             return;
         }
     };
-    while let Some(job) = jobs.blocking_recv() {
-        run_job(
-            &model,
-            job,
-            settings.panic_on_input.as_deref(),
-            &settings.streaming,
-        );
+    Batcher {
+        model: &model,
+        settings: &settings,
+        active: Vec::new(),
+        waiting: None,
     }
+    .run(&mut jobs);
     tracing::debug!("job queue closed: inference worker stops");
 }
 
@@ -142,155 +158,162 @@ fn load(settings: &WorkerSettings) -> Result<(Voxtral<TchTensor>, ModelInfo), St
     Ok((model, info))
 }
 
-/// How a job ended when nothing panicked.
-enum Ended {
-    Completed(JobSummary),
-    /// The client went away (its receiver was dropped).
-    Cancelled {
-        frames: usize,
-    },
+/// The continuous-batching loop: every step advances all running jobs by one frame together;
+/// between steps, queued jobs are admitted (prefilled) while the batch and KV budget allow,
+/// and ended ones leave.
+struct Batcher<'m> {
+    model: &'m Voxtral<TchTensor>,
+    settings: &'m WorkerSettings,
+    active: Vec<ActiveJob<'m>>,
+    /// A job taken off the queue that waits for KV memory; admitted before any other.
+    waiting: Option<Admission>,
 }
 
-fn run_job(
-    model: &Voxtral<TchTensor>,
-    job: SpeechJob,
-    panic_on_input: Option<&str>,
-    streaming: &StreamSettings,
-) {
-    let outcome_counter = |outcome: &'static str| {
-        metrics::counter!(metric_names::JOBS, "outcome" => outcome).increment(1);
-    };
-    if job.events.is_closed() {
-        outcome_counter("cancelled");
-        return;
-    }
-    let _ = job.events.send(JobEvent::Started {
-        queued: job.enqueued.elapsed(),
-    });
-    // The model holds no state across jobs (each generation has its own cache), so a panic
-    // leaves nothing half-updated: the next job can use it.
-    let result = catch_unwind(AssertUnwindSafe(|| {
-        synthesize(model, &job, panic_on_input, streaming)
-    }));
-    let event = match result {
-        Ok(Ok(Ended::Completed(summary))) => {
-            outcome_counter("completed");
-            JobEvent::Done(summary)
-        }
-        Ok(Ok(Ended::Cancelled { frames })) => {
-            outcome_counter("cancelled");
-            tracing::info!(frames, "client gone: job stopped");
-            return;
-        }
-        Ok(Err(e)) => {
-            outcome_counter("failed");
-            JobEvent::Failed(JobError::Synthesis(e))
-        }
-        Err(panic) => {
-            outcome_counter("panicked");
-            let message = panic_message(&*panic);
-            tracing::error!(%message, "inference job panicked; the worker continues");
-            JobEvent::Failed(JobError::Panicked(message))
-        }
-    };
-    let _ = job.events.send(event);
-}
-
-/// The segments a job's text is synthesized as, in order (never empty).
-fn segments(text: &str, streaming: &StreamSettings) -> Vec<String> {
-    let opts = if streaming.normalize_text {
-        crate::text::NormalizeOptions::default()
-    } else {
-        crate::text::NormalizeOptions::NONE
-    };
-    let segments = crate::text::prepare_segments(text, &opts, streaming.segment_chars.max(1));
-    if segments.is_empty() {
-        vec![text.to_string()]
-    } else {
-        segments
-    }
-}
-
-/// Generates the job's segments one after another, sending audio as it is decoded: the
-/// first chunk after `first_chunk_frames` frames, then every `chunk_frames`. Segments are
-/// joined with a short crossfade.
-fn synthesize(
-    model: &Voxtral<TchTensor>,
-    job: &SpeechJob,
-    panic_on_input: Option<&str>,
-    streaming: &StreamSettings,
-) -> Result<Ended, SynthError> {
-    if panic_on_input == Some(job.request.text.as_str()) {
-        panic!("test_panic_on_input matched this request's input");
-    }
-    let started = Instant::now();
-    let first_chunk = streaming.first_chunk_frames.max(1);
-    let chunk = streaming.chunk_frames.max(1);
-    let mut joiner = audio::join::SegmentJoiner::new(SEGMENT_FADE_SAMPLES);
-    let mut total_frames = 0usize;
-    let mut prompt_tokens = 0;
-    let mut samples = 0usize;
-    let mut stop = None;
-    let mut first = true;
-    let send = |pcm: Vec<f32>, samples: &mut usize| {
-        if !pcm.is_empty() {
-            *samples += pcm.len();
-            let _ = job.events.send(JobEvent::Audio(pcm));
-        }
-    };
-    for (index, text) in segments(&job.request.text, streaming)
-        .into_iter()
-        .enumerate()
-    {
-        let mut request = job.request.clone();
-        request.text = text;
-        if let crate::model::Noise::Seeded { seed, .. } = &mut request.noise {
-            *seed = seed.wrapping_add(index as u64);
-        }
-        let mut generation = model.start(&request)?;
-        prompt_tokens += generation.prompt_ids.len();
-        joiner.begin_segment();
-        let mut decoded = 0;
-        let mut next_chunk = if first { first_chunk } else { chunk };
+impl<'m> Batcher<'m> {
+    /// Runs until the queue is closed and every job has ended.
+    fn run(mut self, jobs: &mut mpsc::Receiver<SpeechJob>) {
         loop {
-            let more = generation.next_frame().is_some();
-            if more {
-                total_frames += 1;
-                metrics::counter!(metric_names::FRAMES).increment(1);
-                if job.events.is_closed() {
-                    return Ok(Ended::Cancelled {
-                        frames: total_frames,
-                    });
+            if !self.admit(jobs) {
+                return;
+            }
+            metrics::gauge!(metric_names::BATCH_SIZE).set(self.active.len() as f64);
+            metrics::gauge!(metric_names::KV_RESERVED_BYTES).set(self.reserved() as f64);
+            self.step();
+        }
+    }
+
+    fn reserved(&self) -> usize {
+        self.active.iter().map(|a| a.kv_bytes).sum()
+    }
+
+    /// Admits queued jobs between steps; waits for one when nothing runs. False once the
+    /// queue is closed and nothing is left to run.
+    fn admit(&mut self, jobs: &mut mpsc::Receiver<SpeechJob>) -> bool {
+        let batching = &self.settings.batching;
+        while self.active.len() < batching.max_batch_size.max(1) {
+            let admission = match self.waiting.take() {
+                Some(admission) => admission,
+                None => {
+                    let job = if self.active.is_empty() {
+                        match jobs.blocking_recv() {
+                            Some(job) => job,
+                            None => return false,
+                        }
+                    } else {
+                        match jobs.try_recv() {
+                            Ok(job) => job,
+                            Err(_) => break,
+                        }
+                    };
+                    if job.events.is_closed() {
+                        count_outcome("cancelled");
+                        continue;
+                    }
+                    let model = self.model;
+                    let streaming = &self.settings.streaming;
+                    match catch_unwind(AssertUnwindSafe(|| Admission::new(model, job, streaming))) {
+                        Ok(admission) => admission,
+                        Err(panic) => {
+                            count_outcome("panicked");
+                            tracing::error!(message = %panic_message(&*panic), "admission panicked");
+                            continue;
+                        }
+                    }
                 }
+            };
+            if admission.job.events.is_closed() {
+                count_outcome("cancelled");
+                continue;
             }
-            let frames = generation.frames().len();
-            if frames > decoded && (frames >= next_chunk || !more) {
-                let pcm = model.decode_tail(generation.frames(), decoded)?;
-                decoded = frames;
-                next_chunk = frames + chunk;
-                first = false;
-                send(joiner.extend(&pcm), &mut samples);
-            }
-            if !more {
+            let fits = self.reserved() + admission.kv_bytes <= batching.kv_cache_budget_bytes;
+            if !fits && !self.active.is_empty() {
+                self.waiting = Some(admission);
                 break;
             }
+            if !fits {
+                tracing::warn!(
+                    kv_bytes = admission.kv_bytes,
+                    budget = batching.kv_cache_budget_bytes,
+                    "a job larger than the KV budget runs alone"
+                );
+            }
+            let model = self.model;
+            let streaming = &self.settings.streaming;
+            let started = catch_unwind(AssertUnwindSafe(|| {
+                ActiveJob::start(model, admission, streaming)
+            }));
+            match started {
+                Ok(Ok(job)) => self.active.push(job),
+                Ok(Err(failed)) => {
+                    let (job, e) = *failed;
+                    fail(&job, JobError::Synthesis(e), "failed");
+                }
+                Err(panic) => {
+                    count_outcome("panicked");
+                    tracing::error!(message = %panic_message(&*panic), "prefill panicked");
+                }
+            }
         }
-        stop = generation.stop_reason();
+        true
     }
-    send(joiner.finish(), &mut samples);
-    let synthesis_time = started.elapsed();
-    let audio_seconds = samples as f64 / f64::from(model.sample_rate());
-    metrics::histogram!(metric_names::AUDIO_SECONDS).record(audio_seconds);
-    if audio_seconds > 0.0 {
-        metrics::histogram!(metric_names::REAL_TIME_FACTOR)
-            .record(synthesis_time.as_secs_f64() / audio_seconds);
+
+    /// One frame for every running job, then each job's own work: audio out, next segment,
+    /// or its end.
+    fn step(&mut self) {
+        if self.active.is_empty() {
+            return;
+        }
+        let stepped = catch_unwind(AssertUnwindSafe(|| {
+            let mut batch: Vec<_> = self.active.iter_mut().map(|a| a.generation()).collect();
+            Generation::step_batch(&mut batch);
+        }));
+        if let Err(panic) = stepped {
+            // The batch's caches may be half-written: every job in it fails; the model
+            // itself holds no per-job state, so the worker goes on.
+            let message = panic_message(&*panic);
+            tracing::error!(%message, jobs = self.active.len(), "batch step panicked");
+            for active in self.active.drain(..) {
+                fail(&active.job, JobError::Panicked(message.clone()), "panicked");
+            }
+            return;
+        }
+        let model = self.model;
+        let streaming = &self.settings.streaming;
+        let panic_on_input = self.settings.panic_on_input.as_deref();
+        let mut running = Vec::with_capacity(self.active.len());
+        for mut active in self.active.drain(..) {
+            let result = catch_unwind(AssertUnwindSafe(|| {
+                active.after_step(model, streaming, panic_on_input)
+            }));
+            match result {
+                Ok(Ok(None)) => running.push(active),
+                Ok(Ok(Some(Ended::Completed(summary)))) => {
+                    count_outcome("completed");
+                    let _ = active.job.events.send(JobEvent::Done(summary));
+                }
+                Ok(Ok(Some(Ended::Cancelled { frames }))) => {
+                    count_outcome("cancelled");
+                    tracing::info!(frames, "client gone: job stopped");
+                }
+                Ok(Err(e)) => fail(&active.job, JobError::Synthesis(e), "failed"),
+                Err(panic) => {
+                    let message = panic_message(&*panic);
+                    tracing::error!(%message, "inference job panicked; the worker continues");
+                    fail(&active.job, JobError::Panicked(message), "panicked");
+                }
+            }
+        }
+        self.active = running;
     }
-    Ok(Ended::Completed(JobSummary {
-        prompt_tokens,
-        frames: total_frames,
-        stop: stop.unwrap_or(crate::model::StopReason::MaxFrames),
-        synthesis_time,
-    }))
+}
+
+fn count_outcome(outcome: &'static str) {
+    metrics::counter!(metric_names::JOBS, "outcome" => outcome).increment(1);
+}
+
+fn fail(job: &SpeechJob, error: JobError, outcome: &'static str) {
+    count_outcome(outcome);
+    let _ = job.events.send(JobEvent::Failed(error));
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

@@ -353,6 +353,13 @@ impl<T: Tensor> Voxtral<T> {
         self.codec.decode_tail(codes, from)
     }
 
+    /// Bytes a generation's KV cache takes for `positions` (prompt plus frames): what batching
+    /// budgets against, since the cache is allocated whole when a generation starts.
+    pub fn kv_cache_bytes(&self, positions: usize) -> usize {
+        let a = &self.config.args;
+        2 * a.n_layers * a.n_kv_heads * a.head_dim * positions * self.dtype.size()
+    }
+
     /// Frames of context `decode_tail` reads before its first new frame.
     pub fn codec_context_frames(&self) -> usize {
         self.codec.context_frames()

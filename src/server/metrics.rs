@@ -58,6 +58,11 @@ pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
         "Synthesis time divided by audio duration, per job"
     );
     metrics::describe_gauge!(engine::MODEL_LOADED, "1 once the model is loaded");
+    metrics::describe_gauge!(engine::BATCH_SIZE, "Speech jobs generating together");
+    metrics::describe_gauge!(
+        engine::KV_RESERVED_BYTES,
+        "KV-cache bytes reserved by the running jobs"
+    );
     Ok(handle)
 }
 

@@ -15,7 +15,7 @@ mod state;
 mod voice_catalog;
 
 use crate::config::ServerConfig;
-use crate::infer::{start_worker, EngineState, StreamSettings, WorkerSettings};
+use crate::infer::{start_worker, BatchSettings, EngineState, StreamSettings, WorkerSettings};
 use anyhow::{anyhow, Context};
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, Request, StatusCode};
@@ -151,6 +151,10 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
                 chunk_frames: config.chunk_frames,
                 normalize_text: config.normalize_text,
                 segment_chars: config.segment_chars,
+            },
+            batching: BatchSettings {
+                max_batch_size: config.max_batch_size,
+                kv_cache_budget_bytes: config.kv_cache_budget_mib << 20,
             },
         },
         config.queue_capacity,

@@ -18,6 +18,14 @@ pub enum DType {
 }
 
 impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::BF16 => 2,
+        }
+    }
+
     /// Rounds an f32 scalar to what this dtype can hold, so scalar constants mix with tensors
     /// the way a 0-dim tensor of this dtype would in the reference.
     pub fn round_scalar(self, x: f32) -> f32 {

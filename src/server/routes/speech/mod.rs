@@ -120,18 +120,21 @@ pub async fn create_speech(
     let model = app.model()?;
     let speech = request.validate(app.config.max_input_chars, &model)?;
     let voice = speech.synthesis.voice.clone();
-    let events = app.queue.submit(speech.synthesis).map_err(|e| match e {
-        SubmitError::Full => ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            Some("queue_full"),
-            format!(
-                "The server is busy: {} requests are already waiting. Retry shortly.",
-                app.queue.capacity()
-            ),
-        )
-        .with_retry_after(1),
-        SubmitError::WorkerStopped => ApiError::shutting_down(),
-    })?;
+    let events = app
+        .queue
+        .submit(speech.synthesis, speech.normalize)
+        .map_err(|e| match e {
+            SubmitError::Full => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                Some("queue_full"),
+                format!(
+                    "The server is busy: {} requests are already waiting. Retry shortly.",
+                    app.queue.capacity()
+                ),
+            )
+            .with_retry_after(1),
+            SubmitError::WorkerStopped => ApiError::shutting_down(),
+        })?;
     let mut events = events;
     // Errors before any audio (e.g. the tokenizer's limits) still get their status code.
     let first = first_audio(&mut events).await?;

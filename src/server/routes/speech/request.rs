@@ -43,6 +43,9 @@ pub struct SpeechRequest {
     /// Extension: the most frames to generate (80 ms of audio each), 1 to 2048 (the default).
     #[schema(minimum = 1, maximum = 2048)]
     pub max_frames: Option<usize>,
+    /// Extension: clean the input first (markup, URLs, invisible characters, line breaks;
+    /// see docs/text.md). Absent: the server's `normalize_text` setting (on by default).
+    pub normalize: Option<bool>,
 }
 
 /// A voice name (a preset such as `fr_female`, or an OpenAI name such as `alloy`), or
@@ -113,6 +116,8 @@ pub struct Speech {
     /// `None`: the whole file at the end.
     pub stream_format: Option<StreamFormat>,
     pub seed: u64,
+    /// `None`: the server's setting.
+    pub normalize: Option<bool>,
 }
 
 impl SpeechRequest {
@@ -179,6 +184,7 @@ impl SpeechRequest {
             speed,
             stream_format: self.stream_format,
             seed,
+            normalize: self.normalize,
         })
     }
 }
