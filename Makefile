@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 ENV := eval "$$(scripts/setup.sh --env)" &&
 
-.PHONY: setup build serve test lint bench
+.PHONY: setup build serve test lint bench bench-load soak
 
 setup:
 	@scripts/setup.sh
@@ -24,3 +24,12 @@ lint:
 
 bench:
 	$(ENV) cargo run --release -- bench --preset tiny
+
+# HTTP load: 1, 4 and 8 streaming clients against the server, beside the reference.
+# make bench-load [ARGS="--preset full --dtype bf16 --max-frames 16"]
+bench-load:
+	scripts/bench-load.sh $(ARGS)
+
+# 20-minute soak on the tiny model: RSS must stay within +5% after warm-up (docs/reliability.md).
+soak:
+	scripts/soak.sh $(ARGS)

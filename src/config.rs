@@ -29,6 +29,8 @@ pub struct ServerConfig {
     #[serde(deserialize_with = "parse_with_from_str")]
     pub device: DeviceChoice,
     pub dtype: ComputeDType,
+    /// libtorch CPU threads; 0 = its default.
+    pub threads: usize,
     pub queue_capacity: usize,
     /// Most requests generating together.
     pub max_batch_size: usize,

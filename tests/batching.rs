@@ -125,6 +125,7 @@ fn run_worker(jobs: &[SynthesisRequest], batching: BatchSettings) -> Vec<Outcome
         model_dir: cached_test_model(Preset::Tiny, 0).unwrap(),
         device: DeviceChoice::Cpu,
         dtype: DType::F32,
+        threads: 0,
         panic_on_input: None,
         // Short segments: the longer texts are spoken as two or three generations.
         streaming: StreamSettings {

@@ -65,6 +65,12 @@ fn missing_files_are_named() {
     let (_tmp, dir) = broken_copy();
     std::fs::remove_dir_all(dir.join("voice_embedding")).unwrap();
     assert_names(&load_error(&dir), &["voice_embedding"]);
+    // One voice that tekken.json lists is gone.
+    let (_tmp, dir) = broken_copy();
+    for ext in ["pt", "safetensors"] {
+        let _ = std::fs::remove_file(dir.join(format!("voice_embedding/fr_male.{ext}")));
+    }
+    assert_names(&load_error(&dir), &["fr_male", "tekken.json"]);
 }
 
 #[test]

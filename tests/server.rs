@@ -666,11 +666,6 @@ fn open_speech(server: &Server, body: &Value) -> ureq::Response {
     }
 }
 
-fn streamed(mut body: Value, stream_format: &str) -> Value {
-    body["stream_format"] = json!(stream_format);
-    body
-}
-
 /// The SSE events of a body, parsed.
 fn sse_events(body: &[u8]) -> Vec<Value> {
     String::from_utf8(body.to_vec())

@@ -2,6 +2,7 @@
 
 mod bench;
 mod download;
+mod load;
 mod serve;
 mod synth;
 
@@ -35,6 +36,9 @@ enum Command {
     },
     /// Time the engine per frame (backbone, flow head, codec).
     Bench(bench::BenchArgs),
+    /// Drive a running server with N concurrent streaming clients: frames/s, real-time
+    /// factor, time to first audio.
+    Load(load::LoadArgs),
     /// Download the published model folder from the Hugging Face Hub (needs internet).
     Download(download::DownloadArgs),
     /// Write a random checkpoint in the published layout (for tests and benchmarks).
@@ -65,6 +69,7 @@ pub fn main() -> ExitCode {
         Command::Synth(args) => synth::run(args),
         Command::Voices { model } => synth::list_voices(&model),
         Command::Bench(args) => bench::run(args),
+        Command::Load(args) => load::run(args),
         Command::Download(args) => download::run(args),
         Command::MakeTestModel { out, preset, seed } => make_test_model(&out, preset, seed),
     };

@@ -20,6 +20,8 @@ pub struct WorkerSettings {
     pub model_dir: PathBuf,
     pub device: DeviceChoice,
     pub dtype: DType,
+    /// libtorch CPU threads; 0 = its default.
+    pub threads: usize,
     /// Tests only: a job whose text is exactly this panics inside the worker.
     pub panic_on_input: Option<String>,
     pub streaming: StreamSettings,
@@ -108,6 +110,9 @@ fn run(
 ) {
     // Thread-local in libtorch: it must be taken on the thread that runs the model.
     let _no_grad = tch::no_grad_guard();
+    if settings.threads > 0 {
+        tch::set_num_threads(i32::try_from(settings.threads).unwrap_or(i32::MAX));
+    }
     let model = match catch_unwind(|| load(&settings)) {
         Ok(Ok((model, info))) => {
             tracing::info!(voices = info.voices.len(), device = %info.device, "model loaded");
@@ -176,10 +181,15 @@ impl<'m> Batcher<'m> {
             if !self.admit(jobs) {
                 return;
             }
-            metrics::gauge!(metric_names::BATCH_SIZE).set(self.active.len() as f64);
-            metrics::gauge!(metric_names::KV_RESERVED_BYTES).set(self.reserved() as f64);
+            self.record_gauges();
             self.step();
+            self.record_gauges();
         }
+    }
+
+    fn record_gauges(&self) {
+        metrics::gauge!(metric_names::BATCH_SIZE).set(self.active.len() as f64);
+        metrics::gauge!(metric_names::KV_RESERVED_BYTES).set(self.reserved() as f64);
     }
 
     fn reserved(&self) -> usize {

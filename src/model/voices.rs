@@ -94,6 +94,15 @@ pub fn load_voices(
             "no voice files",
         ));
     }
+    // tekken.json names the voices the model ships with: a missing file is a broken folder,
+    // not a smaller voice list.
+    if let Some(name) = rows.keys().find(|name| !voices.contains_key(*name)) {
+        return Err(LoadError::invalid(
+            vdir.join(format!("{name}.pt")).display().to_string(),
+            format!("audio.voice_num_audio_tokens.{name}"),
+            "voice listed in tekken.json has no file (.pt or .safetensors)",
+        ));
+    }
     Ok(voices)
 }
 

@@ -145,6 +145,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
             model_dir,
             device: config.device,
             dtype: config.dtype.into(),
+            threads: config.threads,
             panic_on_input: config.test_panic_on_input.clone(),
             streaming: StreamSettings {
                 first_chunk_frames: config.first_chunk_frames,

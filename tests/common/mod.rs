@@ -289,3 +289,8 @@ pub fn decode(format: &str, bytes: &[u8]) -> (u32, u32, usize) {
     );
     (rate, channels, out.stdout.len() / 2 / channels as usize)
 }
+
+pub fn streamed(mut body: Value, stream_format: &str) -> Value {
+    body["stream_format"] = json!(stream_format);
+    body
+}
