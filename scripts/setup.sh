@@ -6,6 +6,8 @@
 #   - the reference tekken.json (tokenizer test vectors) into .deps/ref
 #   - cmake (bundled opus builds with it) and ffmpeg (decode checks in tests) when missing
 #   - the openai Python SDK (client of the server tests) into .deps/pyclient
+#   - Debian's chromium when missing and playwright-core into .deps/node (the playground test
+#     drives the page headless)
 # Prints the environment to use: `eval "$(scripts/setup.sh --env)"`.
 # `--libtorch-only` skips what only the tests need (the Docker build uses it).
 set -euo pipefail
@@ -25,6 +27,8 @@ FLAVOR=cpu
 MISTRAL_COMMON=1.13.1
 # The official SDK the server tests use as a client (tests/sdk/openai_client.py).
 OPENAI_SDK=3.52.0
+# Drives headless Chromium in the playground test (tests/playground/play.mjs).
+PLAYWRIGHT_CORE=1.65.1
 
 log() { echo "[setup] $*" >&2; }
 
@@ -69,6 +73,8 @@ install_system_packages() {
   local missing=()
   command -v cmake >/dev/null || missing+=(cmake)
   command -v ffmpeg >/dev/null || missing+=(ffmpeg)
+  [[ -x /usr/bin/chromium ]] || missing+=(chromium)
+  command -v npm >/dev/null || missing+=(npm)
   ((${#missing[@]})) || return 0
   log "installing ${missing[*]}"
   local sudo=; [[ $(id -u) == 0 ]] || sudo=sudo
@@ -87,13 +93,26 @@ install_openai_sdk() {
   echo "$OPENAI_SDK" > "$marker"
 }
 
+# playwright-core only (no bundled browsers): the test points it at /usr/bin/chromium.
+install_playwright() {
+  local marker=$DEPS/node/.complete
+  [[ -f $marker && $(cat "$marker") == "$PLAYWRIGHT_CORE" ]] && return
+  log "installing playwright-core $PLAYWRIGHT_CORE into $DEPS/node"
+  rm -rf "$DEPS/node"
+  mkdir -p "$DEPS/node"
+  npm install --prefix "$DEPS/node" --no-audit --no-fund --silent "playwright-core@$PLAYWRIGHT_CORE" >&2
+  echo "$PLAYWRIGHT_CORE" > "$marker"
+}
+
 install_libtorch
 if [[ " $* " != *" --libtorch-only "* ]]; then
   install_reference_tokenizer
   install_system_packages
   install_openai_sdk
+  install_playwright
 fi
 if [[ " $* " == *" --env "* ]]; then
   echo "export LIBTORCH='$DEPS/py/torch'"
   echo "export LIBTORCH_BYPASS_VERSION_CHECK=1"
+  echo "export VOXTRAL_NODE_MODULES='$DEPS/node/node_modules'"
 fi

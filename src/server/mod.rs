@@ -20,10 +20,11 @@ use anyhow::{anyhow, Context};
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, Request, StatusCode};
 use axum::middleware::{from_fn, from_fn_with_state};
+use axum::routing::get;
 use axum::Router;
 use drain::Drain;
 use routes::speech::SEED_HEADER;
-use routes::{health, models, speech, voices};
+use routes::{health, models, playground, speech, voices};
 use state::AppState;
 use std::future::IntoFuture;
 use std::sync::Arc;
@@ -76,10 +77,15 @@ fn router(state: AppState) -> Router {
             drain::reject_while_draining,
         ));
     let operations: Router<AppState> = operations_routes().split_for_parts().0;
+    // A page for people, not part of the API document; it calls /v1 with the user's key.
+    let playground: Router<AppState> = Router::new()
+        .route("/playground", get(playground::page))
+        .route("/", get(playground::root));
     // Layers listed innermost first.
     let app = Router::new()
         .merge(v1)
         .merge(operations)
+        .merge(playground)
         .merge(SwaggerUi::new("/docs").url("/openapi.json", openapi()))
         .fallback(error::not_found)
         .layer(RequestBodyLimitLayer::new(config.max_body_bytes))

@@ -3,5 +3,6 @@
 pub mod health;
 pub mod metrics;
 pub mod models;
+pub mod playground;
 pub mod speech;
 pub mod voices;
