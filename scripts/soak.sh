@@ -32,7 +32,7 @@ for _ in $(seq 120); do
   sleep 1
 done
 [[ -n $URL ]] || { cat "$LOG" >&2; exit 1; }
-calc() { awk "BEGIN { print $* }"; }
+calc() { awk "BEGIN { print ($*) }"; }
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$SERVER/status"; }
 END=$((SECONDS + MINUTES * 60))
 WARM=$((SECONDS + MINUTES * 15))
