@@ -4,7 +4,9 @@
 
 use std::time::Instant;
 use voxtral_tts::device::DeviceChoice;
-use voxtral_tts::infer::{start_worker, BatchSettings, JobEvent, StreamSettings, WorkerSettings};
+use voxtral_tts::infer::{
+    start_worker, BatchSettings, JobEvent, JobOptions, StreamSettings, WorkerSettings,
+};
 use voxtral_tts::model::{Generation, Noise, SynthesisRequest, Voxtral};
 use voxtral_tts::tensor::{tch_backend::TchTensor, DType};
 use voxtral_tts::testmodel::{cached_test_model, Preset};
@@ -113,14 +115,25 @@ fn batched_requests_equal_running_alone_bf16() {
 /// What the worker sent for one job: its PCM, frames, and when it started and ended.
 struct Outcome {
     pcm: Vec<f32>,
+    /// Samples per `Audio` event.
+    chunks: Vec<usize>,
     frames: usize,
     started: Instant,
     done: Instant,
 }
 
-/// Runs `jobs` through a real inference worker (all queued before it takes any) and collects
-/// each job's events on its own thread, so the times say which jobs ran together.
+/// Runs `jobs` through a real inference worker and collects each job's events. The start and
+/// end times are the worker's (submission + time queued, + synthesis time), so they say
+/// which jobs ran together whatever the collecting threads' scheduling.
 fn run_worker(jobs: &[SynthesisRequest], batching: BatchSettings) -> Vec<Outcome> {
+    run_worker_with(jobs, batching, JobOptions::default())
+}
+
+fn run_worker_with(
+    jobs: &[SynthesisRequest],
+    batching: BatchSettings,
+    options: JobOptions,
+) -> Vec<Outcome> {
     let settings = WorkerSettings {
         model_dir: cached_test_model(Preset::Tiny, 0).unwrap(),
         device: DeviceChoice::Cpu,
@@ -137,25 +150,30 @@ fn run_worker(jobs: &[SynthesisRequest], batching: BatchSettings) -> Vec<Outcome
     let (queue, _state, worker) = start_worker(settings, 16).unwrap();
     let receivers: Vec<_> = jobs
         .iter()
-        .map(|r| queue.submit(r.clone(), None).unwrap())
+        .map(|r| (Instant::now(), queue.submit(r.clone(), options).unwrap()))
         .collect();
     drop(queue);
     let collectors: Vec<_> = receivers
         .into_iter()
-        .map(|mut events| {
+        .map(|(submitted, mut events)| {
             std::thread::spawn(move || {
-                let (mut pcm, mut started) = (Vec::new(), None);
+                let (mut pcm, mut chunks, mut started) = (Vec::new(), Vec::new(), None);
                 loop {
                     match events.blocking_recv().expect("the job ends with Done") {
-                        JobEvent::Started { .. } => started = Some(Instant::now()),
-                        JobEvent::Audio(chunk) => pcm.extend(chunk),
+                        JobEvent::Started { queued } => started = Some(submitted + queued),
+                        JobEvent::Audio(chunk) => {
+                            chunks.push(chunk.len());
+                            pcm.extend(chunk);
+                        }
                         JobEvent::Done(summary) => {
+                            let started = started.unwrap();
                             return Outcome {
                                 pcm,
+                                chunks,
                                 frames: summary.frames,
-                                started: started.unwrap(),
-                                done: Instant::now(),
-                            }
+                                started,
+                                done: started + summary.synthesis_time,
+                            };
                         }
                         JobEvent::Failed(e) => panic!("job failed: {e}"),
                     }
@@ -242,4 +260,42 @@ fn jobs_beyond_the_kv_budget_wait_for_memory() {
     );
     let alone = run_worker(&order[2..], BatchSettings::default());
     assert_eq!(outcomes[2].pcm, alone[0].pcm);
+}
+
+#[test]
+fn streamed_jobs_get_doubling_chunks_and_others_one_decode_per_segment() {
+    const FRAME: usize = 1920;
+    const FADE: usize = 240;
+    let job = request(
+        "Good morning.",
+        "neutral_male",
+        40,
+        Noise::Seeded {
+            seed: 0,
+            scale: 0.0,
+        },
+    );
+    let streamed = run_worker_with(
+        std::slice::from_ref(&job),
+        BatchSettings::default(),
+        JobOptions {
+            stream: true,
+            ..JobOptions::default()
+        },
+    );
+    assert_eq!(streamed[0].frames, 40);
+    // 4, 8, 16 frames, then the last 12; 10 ms are held back for a crossfade until the end.
+    assert_eq!(
+        streamed[0].chunks,
+        [4 * FRAME - FADE, 8 * FRAME, 16 * FRAME, 12 * FRAME, FADE]
+    );
+    let whole = run_worker(&[job], BatchSettings::default());
+    assert_eq!(whole[0].chunks, [40 * FRAME - FADE, FADE]);
+    let worst = whole[0]
+        .pcm
+        .iter()
+        .zip(&streamed[0].pcm)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(worst < 1e-4, "chunked vs one-shot decode: {worst}");
 }

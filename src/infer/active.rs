@@ -30,7 +30,10 @@ pub(super) struct Admission {
 
 impl Admission {
     pub fn new(model: &Voxtral<TchTensor>, job: SpeechJob, streaming: &StreamSettings) -> Self {
-        let normalize = job.normalize_text.unwrap_or(streaming.normalize_text);
+        let normalize = job
+            .options
+            .normalize_text
+            .unwrap_or(streaming.normalize_text);
         let segments = segments(&job.request.text, normalize, streaming.segment_chars);
         // The longest segment's prompt bounds every cache this job allocates. A text the
         // tokenizer rejects reserves nothing: starting it fails at once.
@@ -74,7 +77,10 @@ pub(super) struct ActiveJob<'m> {
     /// Frames of the current segment already counted / already decoded and sent.
     seen: usize,
     decoded: usize,
+    /// Decode when the segment has this many frames (streaming only).
     next_chunk: usize,
+    /// Frames in the chunk after the next: chunks double up to `chunk_frames`.
+    chunk: usize,
     joiner: SegmentJoiner,
     frames: usize,
     prompt_tokens: usize,
@@ -116,6 +122,7 @@ impl<'m> ActiveJob<'m> {
             seen: 0,
             decoded: 0,
             next_chunk: streaming.first_chunk_frames.max(1),
+            chunk: streaming.first_chunk_frames.max(1),
             joiner,
             frames: 0,
             samples: 0,
@@ -150,10 +157,13 @@ impl<'m> ActiveJob<'m> {
             }
         }
         let stopped = self.generation.stop_reason().is_some();
-        if frames > self.decoded && (frames >= self.next_chunk || stopped) {
+        let chunk_due = self.job.options.stream && frames >= self.next_chunk;
+        if frames > self.decoded && (chunk_due || stopped) {
             let pcm = model.decode_tail(self.generation.frames(), self.decoded)?;
             self.decoded = frames;
-            self.next_chunk = frames + streaming.chunk_frames.max(1);
+            // Later chunks grow: fewer decodes, each re-reading less context per new frame.
+            self.chunk = (self.chunk * 2).min(streaming.chunk_frames.max(1));
+            self.next_chunk = frames + self.chunk;
             let joined = self.joiner.extend(&pcm);
             self.send(joined);
         }
@@ -168,11 +178,10 @@ impl<'m> ActiveJob<'m> {
         self.prompt_tokens += self.generation.prompt_ids.len();
         self.seen = 0;
         self.decoded = 0;
-        self.next_chunk = if self.samples > 0 {
-            streaming.chunk_frames.max(1)
-        } else {
-            streaming.first_chunk_frames.max(1)
-        };
+        if self.samples == 0 {
+            self.chunk = streaming.first_chunk_frames.max(1);
+        }
+        self.next_chunk = self.chunk;
         self.joiner.begin_segment();
         Ok(None)
     }

@@ -12,8 +12,17 @@ pub struct SpeechJob {
     /// its `max_frames`.
     pub events: UnboundedSender<JobEvent>,
     pub enqueued: Instant,
+    pub options: JobOptions,
+}
+
+/// Per-request choices beside the synthesis itself.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct JobOptions {
     /// Overrides the server's `normalize_text` setting for this job.
     pub normalize_text: Option<bool>,
+    /// The client reads audio as it is generated: decode in chunks. Otherwise each segment
+    /// is decoded once, when it ends (no codec context decoded twice).
+    pub stream: bool,
 }
 
 /// What the worker reports, in this order: `Started`, `Audio` chunks, then `Done` or

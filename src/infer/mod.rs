@@ -12,7 +12,7 @@ pub mod job;
 pub mod queue;
 pub mod worker;
 
-pub use job::{JobError, JobEvent, JobSummary, SpeechJob};
+pub use job::{JobError, JobEvent, JobOptions, JobSummary, SpeechJob};
 pub use queue::{JobQueue, SubmitError};
 pub use worker::{
     start_worker, BatchSettings, EngineState, ModelInfo, StreamSettings, WorkerSettings,

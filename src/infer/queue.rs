@@ -1,6 +1,6 @@
 //! The bounded queue in front of the inference worker.
 
-use super::job::{JobEvent, SpeechJob};
+use super::job::{JobEvent, JobOptions, SpeechJob};
 use crate::model::SynthesisRequest;
 use std::time::Instant;
 use tokio::sync::mpsc::{self, error::TrySendError, UnboundedReceiver};
@@ -29,14 +29,14 @@ impl JobQueue {
     pub fn submit(
         &self,
         request: SynthesisRequest,
-        normalize_text: Option<bool>,
+        options: JobOptions,
     ) -> Result<UnboundedReceiver<JobEvent>, SubmitError> {
         let (events, receiver) = mpsc::unbounded_channel();
         let job = SpeechJob {
             request,
             events,
             enqueued: Instant::now(),
-            normalize_text,
+            options,
         };
         match self.jobs.try_send(job) {
             Ok(()) => Ok(receiver),

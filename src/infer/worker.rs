@@ -52,7 +52,8 @@ impl Default for BatchSettings {
 pub struct StreamSettings {
     /// Frames before the first `Audio` event (small: time to first audio).
     pub first_chunk_frames: usize,
-    /// Frames per later `Audio` event.
+    /// Most frames per later `Audio` event: chunks double from `first_chunk_frames` up to
+    /// this.
     pub chunk_frames: usize,
     /// Apply `text::normalize` to the input before splitting.
     pub normalize_text: bool,
@@ -64,7 +65,7 @@ impl Default for StreamSettings {
     fn default() -> Self {
         Self {
             first_chunk_frames: 4,
-            chunk_frames: 16,
+            chunk_frames: 48,
             normalize_text: true,
             segment_chars: crate::text::DEFAULT_SEGMENT_CHARS,
         }

@@ -294,3 +294,13 @@ pub fn streamed(mut body: Value, stream_format: &str) -> Value {
     body["stream_format"] = json!(stream_format);
     body
 }
+
+/// The largest difference between two equally long sample sequences, in 16-bit steps.
+pub fn max_lsb_diff(a: &[i16], b: &[i16]) -> i32 {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (i32::from(*x) - i32::from(*y)).abs())
+        .max()
+        .unwrap_or(0)
+}

@@ -8,7 +8,7 @@ use request::{SpeechRequest, StreamFormat};
 use crate::audio::{
     encode_audio, stream_encoder, time_stretch, AudioError, AudioFormat, StreamEncoder,
 };
-use crate::infer::{JobError, JobEvent, JobSummary, SubmitError};
+use crate::infer::{JobError, JobEvent, JobOptions, JobSummary, SubmitError};
 use crate::model::SynthError;
 use crate::server::error::{ApiError, ErrorDetail, ErrorResponse};
 use crate::server::json::JsonBody;
@@ -122,7 +122,13 @@ pub async fn create_speech(
     let voice = speech.synthesis.voice.clone();
     let events = app
         .queue
-        .submit(speech.synthesis, speech.normalize)
+        .submit(
+            speech.synthesis,
+            JobOptions {
+                normalize_text: speech.normalize,
+                stream: speech.stream_format.is_some(),
+            },
+        )
         .map_err(|e| match e {
             SubmitError::Full => ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
