@@ -274,7 +274,7 @@ fn unknown_paths_and_methods_get_404_and_405() {
         (kind.as_str(), code.as_deref()),
         ("invalid_request_error", Some("not_found"))
     );
-    server.get("/").error(404);
+    server.get("/v2/audio/speech").error(404);
     let reply = server.get("/v1/audio/speech");
     assert_eq!(reply.error(405).2.as_deref(), Some("method_not_allowed"));
     assert_eq!(reply.header("allow"), Some("POST"));
