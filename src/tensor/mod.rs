@@ -1,11 +1,13 @@
 //! The small tensor interface the model is written against.
 //!
-//! The model code (`crate::model`) only uses these operations, so a backend (libtorch today,
-//! MLX next) implements this trait once. Layout conventions are fixed here, and a backend
-//! converts internally: sequences are `[batch, time, channels]` (NLC) everywhere, attention
-//! tensors are `[batch, heads, time, head_dim]`, linear weights are `[out, in]`, and conv
-//! weights are handed over in PyTorch layout once, through `prepare_conv_weight`.
+//! The model code (`crate::model`) only uses these operations, so a backend (libtorch, and MLX
+//! behind the `mlx` feature) implements this trait once. Layout conventions are fixed here, and
+//! a backend converts internally: sequences are `[batch, time, channels]` (NLC) everywhere,
+//! attention tensors are `[batch, heads, time, head_dim]`, linear weights are `[out, in]`, and
+//! conv weights are handed over in PyTorch layout once, through `prepare_conv_weight`.
 
+#[cfg(feature = "mlx")]
+pub mod mlx_backend;
 pub mod tch_backend;
 
 use std::fmt;
