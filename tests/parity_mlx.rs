@@ -245,3 +245,27 @@ fn mlx_bf16_teacher_forced_codes_stay_within_documented_tolerance() {
         );
     }
 }
+
+/// MLX evaluates lazily built graphs only at the outer loop boundaries: once per backbone
+/// pass (prefill, then each fed-back frame), once per flow-head frame, once per codec decode.
+#[test]
+fn mlx_evaluates_once_per_backbone_pass_flow_head_frame_and_decode() {
+    use voxtral_tts::tensor::mlx_backend::evaluations;
+    let case = Case::load("tiny_noise");
+    let model = case.model(DType::F32);
+    let frames = 6;
+    let before = evaluations();
+    let mut generation = model.start(&case.request(frames)).unwrap();
+    assert_eq!(evaluations() - before, 1, "prefill: one backbone pass");
+    for i in 0..frames {
+        let before = evaluations();
+        assert!(generation.next_frame().is_some(), "frame {i}");
+        // The first frame reads the prefill's hidden state: flow head only.
+        let expected = if i == 0 { 1 } else { 2 };
+        assert_eq!(evaluations() - before, expected, "frame {i}: evaluations");
+    }
+    let before = evaluations();
+    let synthesis = generation.finish().unwrap();
+    assert_eq!(evaluations() - before, 1, "codec decode: one evaluation");
+    assert_eq!(synthesis.codes, case.codes()[..frames].to_vec());
+}

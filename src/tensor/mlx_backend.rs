@@ -7,11 +7,12 @@
 //!   converted, which makes a second conversion a no-op.
 //! - Fused kernels: `fast::rms_norm`, `fast::rope` (traditional = interleaved pairs) and
 //!   `fast::scaled_dot_product_attention` (GQA without repeating kv heads).
-//! - Evaluation: MLX is lazy. Nothing here evaluates except the host reads (`to_vec_*`), which
-//!   the model does at its outer loop boundaries only: the semantic argmax after each backbone
-//!   pass, the acoustic codes after each flow-head frame (all Euler steps), and the waveform
-//!   after each codec decode. KV cache writes (`write_at`) are lazy slice updates that those
-//!   evaluations materialize.
+//! - Evaluation: MLX is lazy. Only `Tensor::eval` and host reads of unevaluated arrays run a
+//!   graph, and the model calls them at its outer loop boundaries only: once per backbone pass
+//!   (hidden states and KV cache), once per flow-head frame (both heads, every Euler step), once
+//!   per codec decode (its waveform read). KV cache writes (`write_at`) are lazy slice updates
+//!   that the backbone's evaluation materializes. `evaluations()` counts them per thread (tests
+//!   check the boundaries with it).
 //! - Device: MLX arrays live in unified memory and are not bound to a device; operations run on
 //!   MLX's default device. The constructors (`from_*`, `zeros`), which the model calls with its
 //!   device, make that device the default.
@@ -19,8 +20,38 @@
 use super::{ConvKind, DType, PadMode, RawTensor, Tensor};
 use mlx_rs::error::Exception;
 use mlx_rs::{fast, ops, Array, Dtype};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Once;
+
+thread_local! {
+    /// Graph evaluations run on this thread (see `evaluations`).
+    static EVALUATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How many graph evaluations this thread has run: `Tensor::eval` calls with something left
+/// to compute, and host reads (`to_vec_*`) of arrays not evaluated yet.
+pub fn evaluations() -> u64 {
+    EVALUATIONS.with(Cell::get)
+}
+
+/// Whether MLX has computed `a` already.
+fn is_evaluated(a: &Array) -> bool {
+    let mut available = false;
+    // SAFETY: reads a flag of a valid array handle into a valid bool.
+    let status = unsafe { mlx_sys::_mlx_array_is_available(&mut available, a.as_ptr()) };
+    status == 0 && available
+}
+
+/// Evaluates `arrays` together (one graph run), counted when there was anything to compute.
+fn evaluate(arrays: &[&Array]) {
+    if arrays.iter().all(|a| is_evaluated(a)) {
+        return;
+    }
+    EVALUATIONS.with(|n| n.set(n.get() + 1));
+    mlx_rs::transforms::eval(arrays.iter().copied())
+        .unwrap_or_else(|e| panic!("MLX evaluation failed: {e}"));
+}
 
 /// Where MLX runs the model's operations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -164,15 +195,39 @@ impl MlxTensor {
         check(Array::from_f32(value).as_dtype(self.array.dtype()))
     }
 
-    /// Host copy in row-major order, converted to `dtype`.
-    fn host<T: mlx_rs::ArrayElement + Copy>(&self, dtype: Dtype) -> Vec<T> {
+    /// Host copy in row-major order, each element converted by `f` from the array's own type
+    /// (no conversion op, so reading an evaluated array runs no graph).
+    fn host<U>(&self, f32s: impl Fn(f32) -> U, ints: impl Fn(i64) -> U) -> Vec<U> {
         if self.array.size() == 0 {
             return Vec::new();
         }
-        let a = check(check(self.array.as_dtype(dtype)).contiguous());
-        a.try_as_slice::<T>()
-            .unwrap_or_else(|e| panic!("MLX array to host: {e}"))
-            .to_vec()
+        evaluate(&[&self.array]);
+        let mut row_major = false;
+        // SAFETY: reads a flag of a valid (evaluated) array handle into a valid bool.
+        let status =
+            unsafe { mlx_sys::_mlx_array_is_row_contiguous(&mut row_major, self.array.as_ptr()) };
+        let copy;
+        let a = if status == 0 && row_major {
+            &self.array
+        } else {
+            // A strided view: copy it into row-major order first.
+            copy = check(self.array.contiguous());
+            &copy
+        };
+        fn read<T: mlx_rs::ArrayElement + Copy, U>(a: &Array, f: impl Fn(T) -> U) -> Vec<U> {
+            let slice = a
+                .try_as_slice::<T>()
+                .unwrap_or_else(|e| panic!("MLX array to host: {e}"));
+            slice.iter().map(|&x| f(x)).collect()
+        }
+        match a.dtype() {
+            Dtype::Float32 => read::<f32, U>(a, f32s),
+            Dtype::Bfloat16 => read::<half::bf16, U>(a, |x| f32s(x.to_f32())),
+            Dtype::Int64 => read::<i64, U>(a, ints),
+            Dtype::Int32 => read::<i32, U>(a, |x| ints(x.into())),
+            Dtype::Uint32 => read::<u32, U>(a, |x| ints(x.into())),
+            other => panic!("MLX array to host: unexpected dtype {other:?}"),
+        }
     }
 }
 
@@ -234,11 +289,15 @@ impl Tensor for MlxTensor {
     }
 
     fn to_vec_f32(&self) -> Vec<f32> {
-        self.host::<f32>(Dtype::Float32)
+        self.host(|x| x, |x| x as f32)
     }
 
     fn to_vec_i64(&self) -> Vec<i64> {
-        self.host::<i64>(Dtype::Int64)
+        self.host(|x| x as i64, |x| x)
+    }
+
+    fn eval(tensors: &[&Self]) {
+        evaluate(&tensors.iter().map(|t| &t.array).collect::<Vec<_>>());
     }
 
     fn add(&self, rhs: &Self) -> Self {

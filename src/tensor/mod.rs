@@ -93,8 +93,16 @@ pub trait Tensor: Clone + Sized {
     fn shape(&self) -> Vec<usize>;
     fn dtype(&self) -> DType;
     fn to_dtype(&self, dtype: DType) -> Self;
+    /// Host copies. On a lazy backend (MLX) these evaluate what is not evaluated yet; the
+    /// model only reads tensors it has passed to `eval`, or at the very end of a graph.
     fn to_vec_f32(&self) -> Vec<f32>;
     fn to_vec_i64(&self) -> Vec<i64>;
+    /// Computes `tensors` (and what they depend on) now. Eager backends (libtorch) have
+    /// nothing to do; a lazy one (MLX) runs the graph built since the last evaluation. The
+    /// model calls it at its outer loop boundaries only: once per backbone pass (the hidden
+    /// states and the KV cache), once per flow-head frame (semantic and acoustic codes
+    /// together); a codec decode is evaluated once by its final host copy.
+    fn eval(tensors: &[&Self]);
 
     fn add(&self, rhs: &Self) -> Self;
     fn sub(&self, rhs: &Self) -> Self;

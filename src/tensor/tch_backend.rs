@@ -110,6 +110,10 @@ impl Tensor for TchTensor {
         Vec::<i64>::try_from(&t).expect("i64 tensor converts to Vec<i64>")
     }
 
+    fn eval(_tensors: &[&Self]) {
+        // Eager: every operation has already run.
+    }
+
     fn add(&self, rhs: &Self) -> Self {
         Self::wrap(&self.0 + &rhs.0)
     }
