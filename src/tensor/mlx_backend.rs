@@ -569,6 +569,11 @@ mod tests {
     }
 
     #[test]
+    fn conv_layouts_and_idempotent_weight_conversion() {
+        super::super::conformance::conv_layouts_and_idempotent_weight_conversion::<MlxTensor>(&DEV);
+    }
+
+    #[test]
     fn conv_weight_conversion_is_idempotent() {
         // PyTorch conv weight [out=2, in=3, k=2].
         let w = t(&(0..12).map(|i| i as f32).collect::<Vec<_>>(), &[2, 3, 2]);

@@ -156,3 +156,116 @@ pub trait Tensor: Clone + Sized {
     /// Pads the time axis of NLC input.
     fn pad_time(&self, left: usize, right: usize, mode: PadMode) -> Self;
 }
+
+/// Backend-independent checks, run by each backend's tests on its own device.
+#[cfg(test)]
+pub(crate) mod conformance {
+    use super::{ConvKind, DType, Tensor};
+
+    /// PyTorch `Conv1d` (no padding) of NLC `x` `[1, len, cin]` with a PyTorch weight
+    /// `[cout, cin, k]`, as NLC `[1, out_len, cout]` values.
+    fn conv_reference(
+        x: &[f32],
+        cin: usize,
+        w: &[f32],
+        cout: usize,
+        k: usize,
+        stride: usize,
+    ) -> Vec<f32> {
+        let len = x.len() / cin;
+        let out_len = (len - k) / stride + 1;
+        let mut y = vec![0.0; out_len * cout];
+        for t in 0..out_len {
+            for o in 0..cout {
+                for i in 0..cin {
+                    for j in 0..k {
+                        y[t * cout + o] += x[(t * stride + j) * cin + i] * w[(o * cin + i) * k + j];
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    /// PyTorch `ConvTranspose1d` (no padding) of NLC `x` with a PyTorch weight `[cin, cout, k]`.
+    fn conv_transpose_reference(
+        x: &[f32],
+        cin: usize,
+        w: &[f32],
+        cout: usize,
+        k: usize,
+        stride: usize,
+    ) -> Vec<f32> {
+        let len = x.len() / cin;
+        let out_len = (len - 1) * stride + k;
+        let mut y = vec![0.0; out_len * cout];
+        for t in 0..len {
+            for i in 0..cin {
+                for o in 0..cout {
+                    for j in 0..k {
+                        y[(t * stride + j) * cout + o] +=
+                            x[t * cin + i] * w[(i * cout + o) * k + j];
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n).map(|i| ((i * 7 + seed) % 11) as f32 - 5.0).collect()
+    }
+
+    fn assert_close(got: &[f32], want: &[f32], what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}: length");
+        for (i, (a, b)) in got.iter().zip(want).enumerate() {
+            assert!((a - b).abs() <= 1e-4, "{what}: element {i}: {a} vs {b}");
+        }
+    }
+
+    /// Conv weights go in once in PyTorch layout; the backend converts them to its own layout,
+    /// and converting a converted weight again changes nothing. Inputs are NLC whatever layout
+    /// the backend's convolutions use inside.
+    pub fn conv_layouts_and_idempotent_weight_conversion<T: Tensor>(device: &T::Device) {
+        let (len, cin, cout, k) = (7, 3, 4, 3);
+        let x_data = values(len * cin, 1);
+        let x = T::from_f32(device, &x_data, &[1, len, cin], DType::F32);
+        for (kind, shape) in [
+            (ConvKind::Conv, [cout, cin, k]),
+            (ConvKind::Transpose, [cin, cout, k]),
+        ] {
+            let w_data = values(cout * cin * k, 2);
+            let w = T::from_f32(device, &w_data, &shape, DType::F32);
+            let once = T::prepare_conv_weight(&w, kind);
+            let twice = T::prepare_conv_weight(&once, kind);
+            assert_eq!(once.shape(), twice.shape(), "{kind:?}: converted twice");
+            assert_eq!(
+                once.to_vec_f32(),
+                twice.to_vec_f32(),
+                "{kind:?}: converted twice"
+            );
+            for stride in [1, 2] {
+                let (want, y_once, y_twice) = match kind {
+                    ConvKind::Conv => (
+                        conv_reference(&x_data, cin, &w_data, cout, k, stride),
+                        x.conv1d(&once, stride),
+                        x.conv1d(&twice, stride),
+                    ),
+                    ConvKind::Transpose => (
+                        conv_transpose_reference(&x_data, cin, &w_data, cout, k, stride),
+                        x.conv_transpose1d(&once, stride),
+                        x.conv_transpose1d(&twice, stride),
+                    ),
+                };
+                assert_eq!(
+                    y_once.shape(),
+                    vec![1, want.len() / cout, cout],
+                    "{kind:?} NLC out"
+                );
+                let what = format!("{kind:?} stride {stride}");
+                assert_close(&y_once.to_vec_f32(), &want, &what);
+                assert_eq!(y_once.to_vec_f32(), y_twice.to_vec_f32(), "{what}: twice");
+            }
+        }
+    }
+}

@@ -286,3 +286,15 @@ impl Tensor for TchTensor {
         Self::wrap(y.transpose(1, 2))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conv_layouts_and_idempotent_weight_conversion() {
+        super::super::conformance::conv_layouts_and_idempotent_weight_conversion::<TchTensor>(
+            &Device::Cpu,
+        );
+    }
+}
