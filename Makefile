@@ -34,9 +34,10 @@ bench-load:
 soak:
 	scripts/soak.sh $(ARGS)
 
-# MLX backend (feature `mlx`): lint, unit tests and the parity goldens. On Linux this builds
-# against MLX from PyPI with a patched mlx-sys (scripts/setup-mlx.sh installs both).
+# MLX backend (feature `mlx`): lint, unit tests (both backends), the parity goldens on MLX and
+# the server on `--device mlx`. On Linux this builds for the CPU against MLX from PyPI with a
+# patched mlx-sys; scripts/setup-mlx.sh installs both (idempotent).
 MLX := scripts/setup-mlx.sh cargo
 test-mlx:
 	$(ENV) $(MLX) clippy --features mlx --all-targets -- -D warnings && \
-	  $(MLX) test --features mlx --lib --test parity_mlx
+	  $(MLX) test --features mlx --lib --bins --test parity_mlx --test server_mlx

@@ -233,6 +233,7 @@ impl MlxTensor {
 
 impl Tensor for MlxTensor {
     type Device = MlxDevice;
+    const BACKEND: &'static str = "mlx";
 
     fn from_f32(device: &MlxDevice, data: &[f32], shape: &[usize], dtype: DType) -> Self {
         device.make_default();

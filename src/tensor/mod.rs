@@ -79,6 +79,8 @@ pub enum ConvKind {
 /// request.
 pub trait Tensor: Clone + Sized {
     type Device: Clone + fmt::Debug;
+    /// The backend's name (logs).
+    const BACKEND: &'static str;
 
     fn from_f32(device: &Self::Device, data: &[f32], shape: &[usize], dtype: DType) -> Self;
     fn from_i64(device: &Self::Device, data: &[i64], shape: &[usize]) -> Self;

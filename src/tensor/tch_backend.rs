@@ -38,6 +38,7 @@ impl TchTensor {
 
 impl Tensor for TchTensor {
     type Device = Device;
+    const BACKEND: &'static str = "libtorch";
 
     fn from_f32(device: &Device, data: &[f32], shape: &[usize], dtype: DType) -> Self {
         let t = tch::Tensor::from_slice(data).reshape(dims(shape));
