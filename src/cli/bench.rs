@@ -101,11 +101,16 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
     }
     let per = |d: Duration| ms(d) / frames as f64;
     println!(
-        "model      {} ({}, {:?}, {} threads)",
+        "model      {} ({}, {} {:?}{})",
         dir.display(),
         args.dtype,
+        T::BACKEND,
         device,
-        tch::get_num_threads()
+        if T::BACKEND == TchTensor::BACKEND {
+            format!(", {} threads", tch::get_num_threads())
+        } else {
+            String::new()
+        }
     );
     println!("load       {:.0} ms", ms(load));
     println!(
