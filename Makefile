@@ -34,10 +34,10 @@ bench-load:
 soak:
 	scripts/soak.sh $(ARGS)
 
-# MLX backend (feature `mlx`): lint, unit tests (both backends), the parity goldens on MLX and
-# the server on `--device mlx`. On Linux this builds for the CPU against MLX from PyPI with a
-# patched mlx-sys; scripts/setup-mlx.sh installs both (idempotent).
+# MLX backend (feature `mlx`): lint, unit tests (both backends), the parity goldens, batched
+# decoding and the server on `--device mlx`. On Linux this builds for the CPU against MLX from
+# PyPI with a patched mlx-sys; scripts/setup-mlx.sh installs both (idempotent).
 MLX := scripts/setup-mlx.sh cargo
 test-mlx:
 	$(ENV) $(MLX) clippy --features mlx --all-targets -- -D warnings && \
-	  $(MLX) test --features mlx --lib --bins --test parity_mlx --test server_mlx
+	  $(MLX) test --features mlx --lib --bins --test parity_mlx --test batching --test server_mlx
