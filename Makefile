@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 ENV := eval "$$(scripts/setup.sh --env)" &&
 
-.PHONY: setup build serve test lint bench bench-load soak
+.PHONY: setup build serve test lint bench bench-load soak test-mlx
 
 setup:
 	@scripts/setup.sh
@@ -33,3 +33,11 @@ bench-load:
 # 20-minute soak on the tiny model: RSS must stay within +5% after warm-up (docs/reliability.md).
 soak:
 	scripts/soak.sh $(ARGS)
+
+# MLX backend (feature `mlx`): lint, unit tests (both backends), the parity goldens, batched
+# decoding and the server on `--device mlx`. On Linux this builds for the CPU against MLX from
+# PyPI with a patched mlx-sys; scripts/setup-mlx.sh installs both (idempotent).
+MLX := scripts/setup-mlx.sh cargo
+test-mlx:
+	$(ENV) $(MLX) clippy --features mlx --all-targets -- -D warnings && \
+	  $(MLX) test --features mlx --lib --bins --test parity_mlx --test batching --test server_mlx

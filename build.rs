@@ -4,6 +4,11 @@
 use std::path::Path;
 
 fn main() {
+    // MLX built against a shared libmlx (Linux, scripts/setup-mlx.sh): rpath to it as well.
+    println!("cargo:rerun-if-env-changed=DEP_MLX_LIBDIR");
+    if let Ok(lib) = std::env::var("DEP_MLX_LIBDIR") {
+        println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
+    }
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else {
         return;

@@ -1,5 +1,7 @@
-//! `--device auto|cpu|cuda[:N]` and compute-dtype parsing.
+//! `--device auto|cpu|cuda[:N]|mlx` and compute-dtype parsing.
 
+#[cfg(feature = "mlx")]
+use crate::tensor::mlx_backend::MlxDevice;
 use std::str::FromStr;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -7,7 +9,24 @@ pub enum DeviceChoice {
     Auto,
     Cpu,
     Cuda(usize),
+    /// The MLX backend (feature `mlx`): Metal when available, else the CPU.
+    Mlx,
 }
+
+/// The backend and device a choice resolves to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Tch(tch::Device),
+    #[cfg(feature = "mlx")]
+    Mlx(MlxDevice),
+}
+
+/// Whether `auto` picks MLX: builds with the `mlx` feature on Apple Silicon.
+pub const AUTO_PREFERS_MLX: bool = cfg!(all(
+    feature = "mlx",
+    target_os = "macos",
+    target_arch = "aarch64"
+));
 
 impl FromStr for DeviceChoice {
     type Err = String;
@@ -17,20 +36,57 @@ impl FromStr for DeviceChoice {
             "auto" => Ok(DeviceChoice::Auto),
             "cpu" => Ok(DeviceChoice::Cpu),
             "cuda" => Ok(DeviceChoice::Cuda(0)),
+            "mlx" => Ok(DeviceChoice::Mlx),
             _ => s
                 .strip_prefix("cuda:")
                 .and_then(|n| n.parse().ok())
                 .map(DeviceChoice::Cuda)
-                .ok_or_else(|| format!("unknown device {s:?}: expected auto, cpu, cuda or cuda:N")),
+                .ok_or_else(|| {
+                    format!("unknown device {s:?}: expected auto, cpu, cuda, cuda:N or mlx")
+                }),
         }
     }
 }
 
 impl DeviceChoice {
+    /// The backend: MLX for `mlx`, and for `auto` on Apple Silicon builds with the `mlx`
+    /// feature; libtorch otherwise (see `resolve_tch`).
+    pub fn resolve(self) -> Result<Backend, String> {
+        match self {
+            DeviceChoice::Mlx => self.resolve_mlx_backend(),
+            DeviceChoice::Auto if AUTO_PREFERS_MLX => self.resolve_mlx_backend(),
+            _ => self.resolve_tch().map(Backend::Tch),
+        }
+    }
+
+    #[cfg(feature = "mlx")]
+    fn resolve_mlx_backend(self) -> Result<Backend, String> {
+        self.resolve_mlx().map(Backend::Mlx)
+    }
+
+    #[cfg(not(feature = "mlx"))]
+    fn resolve_mlx_backend(self) -> Result<Backend, String> {
+        Err("device mlx: this build has no MLX backend (build with --features mlx)".into())
+    }
+
+    /// The MLX device: Metal when this MLX has it, else the CPU.
+    #[cfg(feature = "mlx")]
+    pub fn resolve_mlx(self) -> Result<MlxDevice, String> {
+        match self {
+            DeviceChoice::Mlx | DeviceChoice::Auto if MlxDevice::Gpu.is_available() => {
+                Ok(MlxDevice::Gpu)
+            }
+            DeviceChoice::Mlx | DeviceChoice::Auto | DeviceChoice::Cpu => Ok(MlxDevice::Cpu),
+            DeviceChoice::Cuda(_) => Err("MLX has no CUDA device here".into()),
+        }
+        .inspect(|d| d.make_default())
+    }
+
     /// The libtorch device; `auto` prefers CUDA when this libtorch has it and a GPU is present.
     pub fn resolve_tch(self) -> Result<tch::Device, String> {
         let gpus = tch::Cuda::device_count() as usize;
         match self {
+            DeviceChoice::Mlx => Err("device mlx selects the MLX backend, not libtorch".into()),
             DeviceChoice::Cpu => Ok(tch::Device::Cpu),
             DeviceChoice::Auto if gpus > 0 => Ok(tch::Device::Cuda(0)),
             DeviceChoice::Auto => Ok(tch::Device::Cpu),
@@ -59,6 +115,22 @@ mod tests {
         assert_eq!("cuda:3".parse(), Ok(DeviceChoice::Cuda(3)));
         assert!("gpu".parse::<DeviceChoice>().is_err());
         assert!("cuda:x".parse::<DeviceChoice>().is_err());
+        assert_eq!("mlx".parse(), Ok(DeviceChoice::Mlx));
+    }
+
+    #[test]
+    fn mlx_device_selects_the_mlx_backend() {
+        let resolved = DeviceChoice::Mlx.resolve();
+        #[cfg(feature = "mlx")]
+        assert!(matches!(resolved, Ok(Backend::Mlx(_))), "{resolved:?}");
+        #[cfg(not(feature = "mlx"))]
+        assert!(resolved.is_err());
+        assert!(DeviceChoice::Mlx.resolve_tch().is_err());
+        let auto = DeviceChoice::Auto.resolve().unwrap();
+        #[cfg(feature = "mlx")]
+        assert_eq!(matches!(auto, Backend::Mlx(_)), AUTO_PREFERS_MLX);
+        #[cfg(not(feature = "mlx"))]
+        let Backend::Tch(_) = auto;
     }
 
     #[test]

@@ -8,7 +8,7 @@ use voxtral_tts::infer::{
     start_worker, BatchSettings, JobEvent, JobOptions, StreamSettings, WorkerSettings,
 };
 use voxtral_tts::model::{Generation, Noise, SynthesisRequest, Voxtral};
-use voxtral_tts::tensor::{tch_backend::TchTensor, DType};
+use voxtral_tts::tensor::{tch_backend::TchTensor, DType, Tensor};
 use voxtral_tts::testmodel::{cached_test_model, Preset};
 
 fn request(text: &str, voice: &str, max_frames: usize, noise: Noise) -> SynthesisRequest {
@@ -61,14 +61,9 @@ fn requests() -> Vec<SynthesisRequest> {
     ]
 }
 
-fn check(preset: Preset, dtype: DType) {
+fn check<T: Tensor>(device: &T::Device, preset: Preset, dtype: DType) {
     let _guard = tch::no_grad_guard();
-    let model = Voxtral::<TchTensor>::load(
-        &cached_test_model(preset, 0).unwrap(),
-        &tch::Device::Cpu,
-        dtype,
-    )
-    .unwrap();
+    let model = Voxtral::<T>::load(&cached_test_model(preset, 0).unwrap(), device, dtype).unwrap();
     let reqs = requests();
     let alone: Vec<_> = reqs
         .iter()
@@ -76,7 +71,7 @@ fn check(preset: Preset, dtype: DType) {
         .collect();
 
     // Request 0 runs 3 steps alone; 1 and 2 join; 3 joins two steps later.
-    let mut running: Vec<Generation<'_, TchTensor>> = vec![model.start(&reqs[0]).unwrap()];
+    let mut running: Vec<Generation<'_, T>> = vec![model.start(&reqs[0]).unwrap()];
     for step in 0.. {
         if step == 3 {
             running.push(model.start(&reqs[1]).unwrap());
@@ -93,23 +88,44 @@ fn check(preset: Preset, dtype: DType) {
     for (i, (g, a)) in running.into_iter().zip(&alone).enumerate() {
         let batched = g.finish().unwrap();
         assert_eq!(
-            batched.codes, a.codes,
-            "{preset:?} {dtype}: request {i} codes"
+            batched.codes,
+            a.codes,
+            "{} {preset:?} {dtype}: request {i} codes",
+            T::BACKEND
         );
         assert_eq!(batched.stop, a.stop, "request {i}");
         assert_eq!(batched.pcm, a.pcm, "request {i} pcm");
     }
 }
 
+const CPU: tch::Device = tch::Device::Cpu;
+
 #[test]
 fn batched_requests_equal_running_alone_f32() {
-    check(Preset::Tiny, DType::F32);
-    check(Preset::TinyOdd, DType::F32);
+    check::<TchTensor>(&CPU, Preset::Tiny, DType::F32);
+    check::<TchTensor>(&CPU, Preset::TinyOdd, DType::F32);
 }
 
 #[test]
 fn batched_requests_equal_running_alone_bf16() {
-    check(Preset::Tiny, DType::BF16);
+    check::<TchTensor>(&CPU, Preset::Tiny, DType::BF16);
+}
+
+#[cfg(feature = "mlx")]
+mod mlx {
+    use super::*;
+    use voxtral_tts::tensor::mlx_backend::{MlxDevice, MlxTensor};
+
+    #[test]
+    fn mlx_batched_requests_equal_running_alone_f32() {
+        check::<MlxTensor>(&MlxDevice::Cpu, Preset::Tiny, DType::F32);
+        check::<MlxTensor>(&MlxDevice::Cpu, Preset::TinyOdd, DType::F32);
+    }
+
+    #[test]
+    fn mlx_batched_requests_equal_running_alone_bf16() {
+        check::<MlxTensor>(&MlxDevice::Cpu, Preset::Tiny, DType::BF16);
+    }
 }
 
 /// What the worker sent for one job: its PCM, frames, and when it started and ended.

@@ -2,11 +2,13 @@
 //! and codec, on a model folder or on a random checkpoint made for the run.
 
 use super::synth::parse_dtype;
-use crate::device::DeviceChoice;
+use crate::device::{Backend, DeviceChoice};
 use crate::model::params::Config;
 use crate::model::{Noise, StageTimes, SynthesisRequest, Voxtral};
+#[cfg(feature = "mlx")]
+use crate::tensor::mlx_backend::MlxTensor;
 use crate::tensor::tch_backend::TchTensor;
-use crate::tensor::DType;
+use crate::tensor::{DType, Tensor};
 use crate::testmodel::{cached_test_model, Preset};
 use anyhow::{Context, Result};
 use std::path::PathBuf;
@@ -47,10 +49,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
         Some(dir) => dir.clone(),
         None => cached_test_model(args.preset, 0)?,
     };
-    let device = args.device.resolve_tch().map_err(anyhow::Error::msg)?;
+    match args.device.resolve().map_err(anyhow::Error::msg)? {
+        Backend::Tch(device) => run_on::<TchTensor>(&args, dir, &device),
+        #[cfg(feature = "mlx")]
+        Backend::Mlx(device) => run_on::<MlxTensor>(&args, dir, &device),
+    }
+}
+
+fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Result<()> {
     let started = Instant::now();
-    let model =
-        Voxtral::<TchTensor>::load(&dir, &device, args.dtype).context("loading the model")?;
+    let model = Voxtral::<T>::load(&dir, device, args.dtype).context("loading the model")?;
     let load = started.elapsed();
     let voice = model.voices().next().context("no voices")?.to_string();
 
@@ -93,11 +101,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let per = |d: Duration| ms(d) / frames as f64;
     println!(
-        "model      {} ({}, {:?}, {} threads)",
+        "model      {} ({}, {} {:?}{})",
         dir.display(),
         args.dtype,
+        T::BACKEND,
         device,
-        tch::get_num_threads()
+        if T::BACKEND == TchTensor::BACKEND {
+            format!(", {} threads", tch::get_num_threads())
+        } else {
+            String::new()
+        }
     );
     println!("load       {:.0} ms", ms(load));
     println!(

@@ -1,10 +1,12 @@
 //! `voxtral-tts synth` and `voxtral-tts voices`.
 
 use crate::audio::{encode_audio, AudioFormat};
-use crate::device::DeviceChoice;
+use crate::device::{Backend, DeviceChoice};
 use crate::model::{Noise, SynthesisRequest, Voxtral, DEFAULT_MAX_FRAMES};
+#[cfg(feature = "mlx")]
+use crate::tensor::mlx_backend::MlxTensor;
 use crate::tensor::tch_backend::TchTensor;
-use crate::tensor::DType;
+use crate::tensor::{DType, Tensor};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
@@ -31,7 +33,8 @@ pub struct SynthArgs {
     noise_scale: f32,
     #[arg(long, value_parser = parse_dtype, default_value = "bf16")]
     dtype: DType,
-    /// auto | cpu | cuda | cuda:N (auto prefers CUDA).
+    /// auto | cpu | cuda | cuda:N | mlx (auto prefers CUDA; MLX on Apple Silicon builds with
+    /// the `mlx` feature).
     #[arg(long, default_value = "auto")]
     device: DeviceChoice,
     /// Also write {"prompt_ids": [...], "codes": [[...], ...]} to this JSON file.
@@ -54,7 +57,15 @@ fn load(dir: &Path, device: DeviceChoice, dtype: DType) -> Result<Voxtral<TchTen
 
 pub fn run(args: SynthArgs) -> Result<()> {
     let _guard = tch::no_grad_guard();
-    let model = load(&args.model, args.device, args.dtype)?;
+    match args.device.resolve().map_err(anyhow::Error::msg)? {
+        Backend::Tch(device) => run_on::<TchTensor>(args, &device),
+        #[cfg(feature = "mlx")]
+        Backend::Mlx(device) => run_on::<MlxTensor>(args, &device),
+    }
+}
+
+fn run_on<T: Tensor>(args: SynthArgs, device: &T::Device) -> Result<()> {
+    let model = Voxtral::<T>::load(&args.model, device, args.dtype)?;
     if !model.has_voice(&args.voice) {
         let names: Vec<&str> = model.voices().collect();
         bail!(

@@ -6,7 +6,7 @@ use super::metric_names;
 use super::worker::StreamSettings;
 use crate::audio::{self, join::SegmentJoiner};
 use crate::model::{Generation, Noise, StopReason, SynthError, Voxtral};
-use crate::tensor::tch_backend::TchTensor;
+use crate::tensor::Tensor;
 use std::time::Instant;
 
 /// Crossfade between segments: 10 ms.
@@ -29,7 +29,7 @@ pub(super) struct Admission {
 }
 
 impl Admission {
-    pub fn new(model: &Voxtral<TchTensor>, job: SpeechJob, streaming: &StreamSettings) -> Self {
+    pub fn new<T: Tensor>(model: &Voxtral<T>, job: SpeechJob, streaming: &StreamSettings) -> Self {
         let normalize = job
             .options
             .normalize_text
@@ -67,13 +67,13 @@ fn segments(text: &str, normalize: bool, segment_chars: usize) -> Vec<String> {
     }
 }
 
-pub(super) struct ActiveJob<'m> {
+pub(super) struct ActiveJob<'m, T: Tensor> {
     pub job: SpeechJob,
     pub kv_bytes: usize,
     /// Segments not started yet, next first.
     pending: std::vec::IntoIter<String>,
     segment_index: usize,
-    generation: Generation<'m, TchTensor>,
+    generation: Generation<'m, T>,
     /// Frames of the current segment already counted / already decoded and sent.
     seen: usize,
     decoded: usize,
@@ -88,10 +88,10 @@ pub(super) struct ActiveJob<'m> {
     started: Instant,
 }
 
-impl<'m> ActiveJob<'m> {
+impl<'m, T: Tensor> ActiveJob<'m, T> {
     /// Prefills the first segment. The caller has sent nothing for this job yet.
     pub fn start(
-        model: &'m Voxtral<TchTensor>,
+        model: &'m Voxtral<T>,
         admission: Admission,
         streaming: &StreamSettings,
     ) -> Result<Self, Box<(SpeechJob, SynthError)>> {
@@ -130,7 +130,7 @@ impl<'m> ActiveJob<'m> {
         })
     }
 
-    pub fn generation(&mut self) -> &mut Generation<'m, TchTensor> {
+    pub fn generation(&mut self) -> &mut Generation<'m, T> {
         &mut self.generation
     }
 
@@ -138,7 +138,7 @@ impl<'m> ActiveJob<'m> {
     /// the next segment when this one stopped. `Some` once the job has ended.
     pub fn after_step(
         &mut self,
-        model: &'m Voxtral<TchTensor>,
+        model: &'m Voxtral<T>,
         streaming: &StreamSettings,
         panic_on_input: Option<&str>,
     ) -> Result<Option<Ended>, SynthError> {
@@ -186,7 +186,7 @@ impl<'m> ActiveJob<'m> {
         Ok(None)
     }
 
-    fn finish(&mut self, model: &Voxtral<TchTensor>) -> Ended {
+    fn finish(&mut self, model: &Voxtral<T>) -> Ended {
         let tail = std::mem::replace(&mut self.joiner, SegmentJoiner::new(0)).finish();
         self.send(tail);
         let synthesis_time = self.started.elapsed();
@@ -216,12 +216,12 @@ impl<'m> ActiveJob<'m> {
 }
 
 /// Prefills one segment; segment `index` samples with the job's seed plus `index`.
-fn start_segment<'m>(
-    model: &'m Voxtral<TchTensor>,
+fn start_segment<'m, T: Tensor>(
+    model: &'m Voxtral<T>,
     job: &SpeechJob,
     text: String,
     index: usize,
-) -> Result<Generation<'m, TchTensor>, SynthError> {
+) -> Result<Generation<'m, T>, SynthError> {
     let mut request = job.request.clone();
     request.text = text;
     if let Noise::Seeded { seed, .. } = &mut request.noise {

@@ -6,10 +6,12 @@ use super::job::{JobError, JobEvent, SpeechJob};
 use super::metric_names;
 use super::queue::JobQueue;
 use crate::audio;
-use crate::device::DeviceChoice;
+use crate::device::{Backend, DeviceChoice};
 use crate::model::{Generation, Voxtral};
+#[cfg(feature = "mlx")]
+use crate::tensor::mlx_backend::MlxTensor;
 use crate::tensor::tch_backend::TchTensor;
-use crate::tensor::DType;
+use crate::tensor::{DType, Tensor};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -106,7 +108,7 @@ pub fn start_worker(
 
 fn run(
     settings: WorkerSettings,
-    mut jobs: mpsc::Receiver<SpeechJob>,
+    jobs: mpsc::Receiver<SpeechJob>,
     state: watch::Sender<EngineState>,
 ) {
     // Thread-local in libtorch: it must be taken on the thread that runs the model.
@@ -114,7 +116,24 @@ fn run(
     if settings.threads > 0 {
         tch::set_num_threads(i32::try_from(settings.threads).unwrap_or(i32::MAX));
     }
-    let model = match catch_unwind(|| load(&settings)) {
+    match settings.device.resolve() {
+        Ok(Backend::Tch(device)) => serve::<TchTensor>(settings, &device, jobs, state),
+        #[cfg(feature = "mlx")]
+        Ok(Backend::Mlx(device)) => serve::<MlxTensor>(settings, &device, jobs, state),
+        Err(message) => {
+            state.send_replace(EngineState::Failed(message));
+        }
+    }
+}
+
+/// Loads the model on `device` of backend `T`, then runs jobs until the queue closes.
+fn serve<T: Tensor>(
+    settings: WorkerSettings,
+    device: &T::Device,
+    mut jobs: mpsc::Receiver<SpeechJob>,
+    state: watch::Sender<EngineState>,
+) {
+    let model = match catch_unwind(AssertUnwindSafe(|| load::<T>(&settings, device))) {
         Ok(Ok((model, info))) => {
             tracing::info!(voices = info.voices.len(), device = %info.device, "model loaded");
             state.send_replace(EngineState::Ready(Arc::new(info)));
@@ -143,10 +162,12 @@ fn run(
     tracing::debug!("job queue closed: inference worker stops");
 }
 
-fn load(settings: &WorkerSettings) -> Result<(Voxtral<TchTensor>, ModelInfo), String> {
-    let device = settings.device.resolve_tch()?;
-    tracing::info!(dir = %settings.model_dir.display(), ?device, "loading model");
-    let model = Voxtral::<TchTensor>::load(&settings.model_dir, &device, settings.dtype)
+fn load<T: Tensor>(
+    settings: &WorkerSettings,
+    device: &T::Device,
+) -> Result<(Voxtral<T>, ModelInfo), String> {
+    tracing::info!(dir = %settings.model_dir.display(), backend = T::BACKEND, ?device, "loading model");
+    let model = Voxtral::<T>::load(&settings.model_dir, device, settings.dtype)
         .map_err(|e| e.to_string())?;
     // The encoders take PCM at one fixed rate; a model at another rate would play wrongly.
     if model.sample_rate() != audio::SAMPLE_RATE {
@@ -159,7 +180,7 @@ fn load(settings: &WorkerSettings) -> Result<(Voxtral<TchTensor>, ModelInfo), St
     let info = ModelInfo {
         voices: model.voices().map(String::from).collect(),
         sample_rate: model.sample_rate(),
-        device: format!("{device:?}"),
+        device: format!("{} {device:?}", T::BACKEND),
     };
     Ok((model, info))
 }
@@ -167,15 +188,15 @@ fn load(settings: &WorkerSettings) -> Result<(Voxtral<TchTensor>, ModelInfo), St
 /// The continuous-batching loop: every step advances all running jobs by one frame together;
 /// between steps, queued jobs are admitted (prefilled) while the batch and KV budget allow,
 /// and ended ones leave.
-struct Batcher<'m> {
-    model: &'m Voxtral<TchTensor>,
+struct Batcher<'m, T: Tensor> {
+    model: &'m Voxtral<T>,
     settings: &'m WorkerSettings,
-    active: Vec<ActiveJob<'m>>,
+    active: Vec<ActiveJob<'m, T>>,
     /// A job taken off the queue that waits for KV memory; admitted before any other.
     waiting: Option<Admission>,
 }
 
-impl<'m> Batcher<'m> {
+impl<'m, T: Tensor> Batcher<'m, T> {
     /// Runs until the queue is closed and every job has ended.
     fn run(mut self, jobs: &mut mpsc::Receiver<SpeechJob>) {
         loop {

@@ -148,6 +148,13 @@ impl<T: Tensor> Backbone<T> {
         for c in caches.iter_mut() {
             c.len += len;
         }
-        self.norm.forward(&h)
+        let out = self.norm.forward(&h);
+        // One evaluation per pass (lazy backends): the output and every cache write.
+        let mut done: Vec<&T> = vec![&out];
+        for c in caches.iter() {
+            done.extend(c.keys.iter().chain(&c.values));
+        }
+        T::eval(&done);
+        out
     }
 }

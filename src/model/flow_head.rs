@@ -167,8 +167,11 @@ impl<T: Tensor> FlowHead<T> {
             .to_dtype(DType::F32)
             .linear(&self.semantic_out)
             .add(&self.semantic_mask);
-        let semantic = logits.argmax_last().to_vec_i64();
-        let acoustic = self.acoustic(hidden, noise).to_vec_f32();
+        let semantic = logits.argmax_last();
+        let acoustic = self.acoustic(hidden, noise);
+        // One evaluation per frame (lazy backends): both heads and every Euler step.
+        T::eval(&[&semantic, &acoustic]);
+        let (semantic, acoustic) = (semantic.to_vec_i64(), acoustic.to_vec_f32());
         (0..b)
             .map(|r| {
                 let mut frame = Vec::with_capacity(1 + self.n_acoustic);

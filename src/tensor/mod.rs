@@ -1,11 +1,13 @@
 //! The small tensor interface the model is written against.
 //!
-//! The model code (`crate::model`) only uses these operations, so a backend (libtorch today,
-//! MLX next) implements this trait once. Layout conventions are fixed here, and a backend
-//! converts internally: sequences are `[batch, time, channels]` (NLC) everywhere, attention
-//! tensors are `[batch, heads, time, head_dim]`, linear weights are `[out, in]`, and conv
-//! weights are handed over in PyTorch layout once, through `prepare_conv_weight`.
+//! The model code (`crate::model`) only uses these operations, so a backend (libtorch, and MLX
+//! behind the `mlx` feature) implements this trait once. Layout conventions are fixed here, and
+//! a backend converts internally: sequences are `[batch, time, channels]` (NLC) everywhere,
+//! attention tensors are `[batch, heads, time, head_dim]`, linear weights are `[out, in]`, and
+//! conv weights are handed over in PyTorch layout once, through `prepare_conv_weight`.
 
+#[cfg(feature = "mlx")]
+pub mod mlx_backend;
 pub mod tch_backend;
 
 use std::fmt;
@@ -77,6 +79,8 @@ pub enum ConvKind {
 /// request.
 pub trait Tensor: Clone + Sized {
     type Device: Clone + fmt::Debug;
+    /// The backend's name (logs).
+    const BACKEND: &'static str;
 
     fn from_f32(device: &Self::Device, data: &[f32], shape: &[usize], dtype: DType) -> Self;
     fn from_i64(device: &Self::Device, data: &[i64], shape: &[usize]) -> Self;
@@ -91,8 +95,16 @@ pub trait Tensor: Clone + Sized {
     fn shape(&self) -> Vec<usize>;
     fn dtype(&self) -> DType;
     fn to_dtype(&self, dtype: DType) -> Self;
+    /// Host copies. On a lazy backend (MLX) these evaluate what is not evaluated yet; the
+    /// model only reads tensors it has passed to `eval`, or at the very end of a graph.
     fn to_vec_f32(&self) -> Vec<f32>;
     fn to_vec_i64(&self) -> Vec<i64>;
+    /// Computes `tensors` (and what they depend on) now. Eager backends (libtorch) have
+    /// nothing to do; a lazy one (MLX) runs the graph built since the last evaluation. The
+    /// model calls it at its outer loop boundaries only: once per backbone pass (the hidden
+    /// states and the KV cache), once per flow-head frame (semantic and acoustic codes
+    /// together); a codec decode is evaluated once by its final host copy.
+    fn eval(tensors: &[&Self]);
 
     fn add(&self, rhs: &Self) -> Self;
     fn sub(&self, rhs: &Self) -> Self;
@@ -145,4 +157,117 @@ pub trait Tensor: Clone + Sized {
     fn conv_transpose1d(&self, weight: &Self, stride: usize) -> Self;
     /// Pads the time axis of NLC input.
     fn pad_time(&self, left: usize, right: usize, mode: PadMode) -> Self;
+}
+
+/// Backend-independent checks, run by each backend's tests on its own device.
+#[cfg(test)]
+pub(crate) mod conformance {
+    use super::{ConvKind, DType, Tensor};
+
+    /// PyTorch `Conv1d` (no padding) of NLC `x` `[1, len, cin]` with a PyTorch weight
+    /// `[cout, cin, k]`, as NLC `[1, out_len, cout]` values.
+    fn conv_reference(
+        x: &[f32],
+        cin: usize,
+        w: &[f32],
+        cout: usize,
+        k: usize,
+        stride: usize,
+    ) -> Vec<f32> {
+        let len = x.len() / cin;
+        let out_len = (len - k) / stride + 1;
+        let mut y = vec![0.0; out_len * cout];
+        for t in 0..out_len {
+            for o in 0..cout {
+                for i in 0..cin {
+                    for j in 0..k {
+                        y[t * cout + o] += x[(t * stride + j) * cin + i] * w[(o * cin + i) * k + j];
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    /// PyTorch `ConvTranspose1d` (no padding) of NLC `x` with a PyTorch weight `[cin, cout, k]`.
+    fn conv_transpose_reference(
+        x: &[f32],
+        cin: usize,
+        w: &[f32],
+        cout: usize,
+        k: usize,
+        stride: usize,
+    ) -> Vec<f32> {
+        let len = x.len() / cin;
+        let out_len = (len - 1) * stride + k;
+        let mut y = vec![0.0; out_len * cout];
+        for t in 0..len {
+            for i in 0..cin {
+                for o in 0..cout {
+                    for j in 0..k {
+                        y[(t * stride + j) * cout + o] +=
+                            x[t * cin + i] * w[(i * cout + o) * k + j];
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n).map(|i| ((i * 7 + seed) % 11) as f32 - 5.0).collect()
+    }
+
+    fn assert_close(got: &[f32], want: &[f32], what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}: length");
+        for (i, (a, b)) in got.iter().zip(want).enumerate() {
+            assert!((a - b).abs() <= 1e-4, "{what}: element {i}: {a} vs {b}");
+        }
+    }
+
+    /// Conv weights go in once in PyTorch layout; the backend converts them to its own layout,
+    /// and converting a converted weight again changes nothing. Inputs are NLC whatever layout
+    /// the backend's convolutions use inside.
+    pub fn conv_layouts_and_idempotent_weight_conversion<T: Tensor>(device: &T::Device) {
+        let (len, cin, cout, k) = (7, 3, 4, 3);
+        let x_data = values(len * cin, 1);
+        let x = T::from_f32(device, &x_data, &[1, len, cin], DType::F32);
+        for (kind, shape) in [
+            (ConvKind::Conv, [cout, cin, k]),
+            (ConvKind::Transpose, [cin, cout, k]),
+        ] {
+            let w_data = values(cout * cin * k, 2);
+            let w = T::from_f32(device, &w_data, &shape, DType::F32);
+            let once = T::prepare_conv_weight(&w, kind);
+            let twice = T::prepare_conv_weight(&once, kind);
+            assert_eq!(once.shape(), twice.shape(), "{kind:?}: converted twice");
+            assert_eq!(
+                once.to_vec_f32(),
+                twice.to_vec_f32(),
+                "{kind:?}: converted twice"
+            );
+            for stride in [1, 2] {
+                let (want, y_once, y_twice) = match kind {
+                    ConvKind::Conv => (
+                        conv_reference(&x_data, cin, &w_data, cout, k, stride),
+                        x.conv1d(&once, stride),
+                        x.conv1d(&twice, stride),
+                    ),
+                    ConvKind::Transpose => (
+                        conv_transpose_reference(&x_data, cin, &w_data, cout, k, stride),
+                        x.conv_transpose1d(&once, stride),
+                        x.conv_transpose1d(&twice, stride),
+                    ),
+                };
+                assert_eq!(
+                    y_once.shape(),
+                    vec![1, want.len() / cout, cout],
+                    "{kind:?} NLC out"
+                );
+                let what = format!("{kind:?} stride {stride}");
+                assert_close(&y_once.to_vec_f32(), &want, &what);
+                assert_eq!(y_once.to_vec_f32(), y_twice.to_vec_f32(), "{what}: twice");
+            }
+        }
+    }
 }

@@ -38,6 +38,7 @@ impl TchTensor {
 
 impl Tensor for TchTensor {
     type Device = Device;
+    const BACKEND: &'static str = "libtorch";
 
     fn from_f32(device: &Device, data: &[f32], shape: &[usize], dtype: DType) -> Self {
         let t = tch::Tensor::from_slice(data).reshape(dims(shape));
@@ -108,6 +109,10 @@ impl Tensor for TchTensor {
             .to_device(Device::Cpu)
             .flatten(0, -1);
         Vec::<i64>::try_from(&t).expect("i64 tensor converts to Vec<i64>")
+    }
+
+    fn eval(_tensors: &[&Self]) {
+        // Eager: every operation has already run.
     }
 
     fn add(&self, rhs: &Self) -> Self {
@@ -280,5 +285,17 @@ impl Tensor for TchTensor {
         };
         let y = x.pad([left as i64, right as i64], mode, value);
         Self::wrap(y.transpose(1, 2))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conv_layouts_and_idempotent_weight_conversion() {
+        super::super::conformance::conv_layouts_and_idempotent_weight_conversion::<TchTensor>(
+            &Device::Cpu,
+        );
     }
 }

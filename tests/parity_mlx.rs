@@ -1,0 +1,82 @@
+//! The parity goldens of tests/parity.rs on the MLX backend (`--features mlx`), with the same
+//! cases and bounds (tests/parity_common): f32 exact codes and waveform within 1e-4, bf16
+//! teacher-forced within the documented tolerance. Metal when this MLX has it, else the CPU.
+#![cfg(feature = "mlx")]
+
+mod parity_common;
+
+use parity_common::*;
+use voxtral_tts::tensor::mlx_backend::{MlxDevice, MlxTensor};
+use voxtral_tts::tensor::DType;
+
+fn device() -> MlxDevice {
+    if MlxDevice::Gpu.is_available() {
+        MlxDevice::Gpu
+    } else {
+        MlxDevice::Cpu
+    }
+}
+
+#[test]
+fn mlx_tiny_zero_noise_matches_reference_for_48_frames() {
+    assert_generation_matches::<MlxTensor>(&device(), "tiny_zeros", 48);
+}
+
+#[test]
+fn mlx_tiny_given_noise_matches_reference_for_40_frames() {
+    assert_generation_matches::<MlxTensor>(&device(), "tiny_noise", 40);
+}
+
+#[test]
+fn mlx_tiny_given_noise_stops_at_end_audio_like_reference() {
+    assert_stops_early_like_reference::<MlxTensor>(&device(), "tiny_noise_end");
+}
+
+#[test]
+fn mlx_gqa3_six_heads_small_codebook_stops_early_like_reference() {
+    assert_stops_early_like_reference::<MlxTensor>(&device(), "odd_end_zeros");
+}
+
+#[test]
+fn mlx_gqa3_six_heads_given_noise_matches_reference_for_40_frames() {
+    assert_generation_matches::<MlxTensor>(&device(), "odd_noise", 40);
+}
+
+#[test]
+fn mlx_codec_teacher_forced_matches_reference() {
+    assert_codec_matches::<MlxTensor>(&device(), "codec_tiny");
+}
+
+#[test]
+fn mlx_codec_teacher_forced_matches_reference_with_six_alibi_heads() {
+    assert_codec_matches::<MlxTensor>(&device(), "codec_odd");
+}
+
+#[test]
+fn mlx_bf16_teacher_forced_codes_stay_within_documented_tolerance() {
+    assert_bf16_teacher_forced_within_tolerance::<MlxTensor>(&device());
+}
+
+/// MLX evaluates lazily built graphs only at the outer loop boundaries: once per backbone
+/// pass (prefill, then each fed-back frame), once per flow-head frame, once per codec decode.
+#[test]
+fn mlx_evaluates_once_per_backbone_pass_flow_head_frame_and_decode() {
+    use voxtral_tts::tensor::mlx_backend::evaluations;
+    let case = Case::load("tiny_noise");
+    let model = case.model::<MlxTensor>(&device(), DType::F32);
+    let frames = 6;
+    let before = evaluations();
+    let mut generation = model.start(&case.request(frames)).unwrap();
+    assert_eq!(evaluations() - before, 1, "prefill: one backbone pass");
+    for i in 0..frames {
+        let before = evaluations();
+        assert!(generation.next_frame().is_some(), "frame {i}");
+        // The first frame reads the prefill's hidden state: flow head only.
+        let expected = if i == 0 { 1 } else { 2 };
+        assert_eq!(evaluations() - before, expected, "frame {i}: evaluations");
+    }
+    let before = evaluations();
+    let synthesis = generation.finish().unwrap();
+    assert_eq!(evaluations() - before, 1, "codec decode: one evaluation");
+    assert_eq!(synthesis.codes, case.codes()[..frames].to_vec());
+}
