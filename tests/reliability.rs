@@ -421,3 +421,23 @@ fn hostile_input_gets_clear_errors_and_never_a_5xx() {
         );
     }
 }
+
+#[test]
+fn a_raised_input_cap_just_works() {
+    let server = Server::start(&[("VOXTRAL_MAX_INPUT_CHARS", "20000")]);
+    let input: String = (0..800)
+        .map(|i| format!("Sentence {i} is here. "))
+        .collect::<String>()
+        .chars()
+        .take(20_000)
+        .collect();
+    let mut body = speech_body("alloy", "pcm", 1, 1);
+    body["input"] = json!(input);
+    let samples = pcm_samples(&server.speech(body)).len();
+    // About 67 segments of at most 300 characters, one frame each, joined with 10 ms
+    // crossfades.
+    assert!(samples > 60 * (FRAME - 240), "{samples} samples");
+    let mut over = speech_body("alloy", "pcm", 1, 1);
+    over["input"] = json!("a".repeat(20_001));
+    assert_eq!(server.speech(over).error(400).1.as_deref(), Some("input"));
+}
