@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 ENV := eval "$$(scripts/setup.sh --env)" &&
 
-.PHONY: setup build serve test lint bench
+.PHONY: setup build serve test lint bench fuzz
 
 setup:
 	@scripts/setup.sh
@@ -24,3 +24,8 @@ lint:
 
 bench:
 	$(ENV) cargo run --release -- bench --preset tiny
+
+# cargo-fuzz targets (fuzz/), one after another, FUZZ_SECS each (default 600): make fuzz [FUZZ_SECS=60]
+# [FUZZ_TARGETS="tokenizer text"]. Results of the last long run: docs/reliability.md.
+fuzz:
+	FUZZ_SECS=$(or $(FUZZ_SECS),600) scripts/fuzz.sh $(FUZZ_TARGETS)
