@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 ENV := eval "$$(scripts/setup.sh --env)" &&
 
-.PHONY: setup build serve test lint bench bench-load soak test-mlx
+.PHONY: setup build serve test lint bench bench-load soak test-mlx fuzz
 
 setup:
 	@scripts/setup.sh
@@ -41,3 +41,8 @@ MLX := scripts/setup-mlx.sh cargo
 test-mlx:
 	$(ENV) $(MLX) clippy --features mlx --all-targets -- -D warnings && \
 	  $(MLX) test --features mlx --lib --bins --test parity_mlx --test batching --test server_mlx
+
+# cargo-fuzz targets (fuzz/), one after another, FUZZ_SECS each (default 600): make fuzz [FUZZ_SECS=60]
+# [FUZZ_TARGETS="tokenizer text"]. Results of the last long run: docs/reliability.md.
+fuzz:
+	FUZZ_SECS=$(or $(FUZZ_SECS),600) scripts/fuzz.sh $(FUZZ_TARGETS)

@@ -5,7 +5,7 @@
 use super::error::LoadError;
 use safetensors::{Dtype as StDtype, SafeTensors};
 use std::collections::BTreeMap;
-use std::io::Read;
+use std::io::{Read, Seek};
 use std::path::Path;
 
 pub const VOICE_DIR: &str = "voice_embedding";
@@ -107,26 +107,38 @@ pub fn load_voices(
 }
 
 fn read_pt(path: &Path, n: usize, dim: usize) -> Result<Voice, LoadError> {
-    let file = path.display().to_string();
     let handle = std::fs::File::open(path).map_err(|e| LoadError::io(path, e))?;
-    let mut zip = zip::ZipArchive::new(handle).map_err(|e| {
-        LoadError::invalid(&file, "(zip)", format!("not a PyTorch zip archive: {e}"))
+    read_pt_from(handle, &path.display().to_string(), n, dim)
+}
+
+/// Reads one `.pt` voice (a PyTorch zip; the pickle is only searched for the storage class
+/// name, never executed) from `reader`, checking it holds `[n, dim]` BF16 or F32 values.
+/// `file` names the source in errors. Never panics on malformed input (fuzzed:
+/// `fuzz/fuzz_targets/voice_pt.rs`).
+pub fn read_pt_from<R: Read + Seek>(
+    reader: R,
+    file: &str,
+    n: usize,
+    dim: usize,
+) -> Result<Voice, LoadError> {
+    let path = Path::new(file);
+    let mut zip = zip::ZipArchive::new(reader).map_err(|e| {
+        LoadError::invalid(file, "(zip)", format!("not a PyTorch zip archive: {e}"))
     })?;
     let names: Vec<String> = zip.file_names().map(String::from).collect();
     let find = |suffix: &str| names.iter().find(|n| n.ends_with(suffix)).cloned();
-    let read_entry =
-        |zip: &mut zip::ZipArchive<std::fs::File>, name: &str| -> Result<Vec<u8>, LoadError> {
-            let mut entry = zip
-                .by_name(name)
-                .map_err(|e| LoadError::invalid(&file, name, e.to_string()))?;
-            let mut bytes = Vec::new();
-            entry
-                .read_to_end(&mut bytes)
-                .map_err(|e| LoadError::io(path, e))?;
-            Ok(bytes)
-        };
+    let read_entry = |zip: &mut zip::ZipArchive<R>, name: &str| -> Result<Vec<u8>, LoadError> {
+        let mut entry = zip
+            .by_name(name)
+            .map_err(|e| LoadError::invalid(file, name, e.to_string()))?;
+        let mut bytes = Vec::new();
+        entry
+            .read_to_end(&mut bytes)
+            .map_err(|e| LoadError::io(path, e))?;
+        Ok(bytes)
+    };
     let pickle_name =
-        find("/data.pkl").ok_or_else(|| LoadError::invalid(&file, "data.pkl", "missing entry"))?;
+        find("/data.pkl").ok_or_else(|| LoadError::invalid(file, "data.pkl", "missing entry"))?;
     let pickle = read_entry(&mut zip, &pickle_name)?;
     // The storage class name in the pickle tells the element type; nothing else is read from it.
     let contains = |needle: &[u8]| pickle.windows(needle.len()).any(|w| w == needle);
@@ -136,18 +148,18 @@ fn read_pt(path: &Path, n: usize, dim: usize) -> Result<Voice, LoadError> {
         Element::F32
     } else {
         return Err(LoadError::invalid(
-            &file,
+            file,
             &pickle_name,
             "tensor storage is neither BFloat16Storage nor FloatStorage",
         ));
     };
     let data_name = find("/data/0")
-        .ok_or_else(|| LoadError::invalid(&file, "data/0", "missing tensor entry"))?;
+        .ok_or_else(|| LoadError::invalid(file, "data/0", "missing tensor entry"))?;
     let bytes = read_entry(&mut zip, &data_name)?;
     let expected = n * dim * element.size();
     if bytes.len() != expected {
         return Err(LoadError::invalid(
-            &file,
+            file,
             &data_name,
             format!(
                 "{} bytes, expected {expected} ([{n}, {dim}] from tekken.json)",

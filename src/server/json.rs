@@ -45,7 +45,7 @@ fn is_json(headers: &HeaderMap) -> bool {
         || essence.to_ascii_lowercase().ends_with("+json")
 }
 
-fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let mut json = serde_json::Deserializer::from_slice(body);
     let value = serde_path_to_error::deserialize(&mut json).map_err(|e| {
         if e.inner().classify() != Category::Data {

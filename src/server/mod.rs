@@ -40,6 +40,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use utoipa_swagger_ui::SwaggerUi;
 
+pub use error::ApiError;
+pub use routes::speech::{parse_speech_body, Speech, StreamFormat};
+
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The OpenAI-compatible API: behind the API keys and refused while draining.

@@ -66,7 +66,8 @@ struct Break {
 
 /// Splits `text` into segments of at most `max_chars` characters (see the module
 /// documentation for the rules). Segments are trimmed, non-empty slices of `text` in
-/// order; whitespace between segments is dropped, whitespace inside them kept.
+/// order; whitespace between segments is dropped, whitespace inside them kept (as is a
+/// space that shares a grapheme cluster with a neighbour, such as a combining mark on it).
 /// `max_chars == 0` is treated as 1.
 pub fn split_segments(text: &str, max_chars: usize) -> Vec<String> {
     split_ranges(text, max_chars)
@@ -84,19 +85,32 @@ pub fn split_ranges(text: &str, max_chars: usize) -> Vec<Range<usize>> {
     let mut offs: Vec<usize> = text.char_indices().map(|(b, _)| b).collect();
     offs.push(text.len());
 
-    let Some(content_end) = chars
+    let Some(mut content_end) = chars
         .iter()
         .rposition(|c| !c.is_whitespace())
         .map(|p| p + 1)
     else {
         return Vec::new();
     };
+    // Trailing whitespace glued to the char before it (a space after a prepend mark such as
+    // U+0600 or U+070F is one grapheme cluster with it) stays, so the end is a boundary too.
+    while content_end < n && !is_grapheme_boundary(text, offs[content_end]) {
+        content_end += 1;
+    }
     let breaks = find_breaks(text, &chars, &offs);
-    // Skips whitespace, but not a space that carries a combining mark (a grapheme
-    // cluster of its own), so segments always start on a grapheme boundary.
+    // Skips whitespace-only grapheme clusters (CR LF is one), but not a space that carries
+    // a combining mark (a cluster of its own), so segments always start on a grapheme
+    // boundary.
     let skip_ws = |mut p: usize| {
-        while p < n && chars[p].is_whitespace() && is_grapheme_boundary(text, offs[p + 1]) {
-            p += 1;
+        while p < n && chars[p].is_whitespace() {
+            let mut q = p + 1;
+            while q < n && !is_grapheme_boundary(text, offs[q]) {
+                q += 1;
+            }
+            if !chars[p..q].iter().all(|c| c.is_whitespace()) {
+                break;
+            }
+            p = q;
         }
         p
     };
@@ -466,6 +480,20 @@ fn find_breaks(text: &str, chars: &[char], offs: &[usize]) -> Vec<Break> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn whitespace_is_trimmed_by_grapheme_cluster() {
+        // Found by the `text` fuzz target: U+070F (Syriac abbreviation mark) is a prepend
+        // character, one grapheme cluster with the space after it; trimming that space cut
+        // the cluster.
+        let text = "ab \u{70F} ";
+        assert_eq!(split_ranges(text, 10), vec![0..text.len()]);
+        assert_eq!(split_segments("x\u{600} \n", 10), vec!["x\u{600} "]);
+        let found = "\0\0H\u{f}\r\u{70f} e<\0H\u{f}\r\u{70f} ";
+        assert_eq!(split_ranges(found, 158), vec![0..found.len()]);
+        // And a segment never starts with CR LF (one cluster): it is skipped whole.
+        assert_eq!(split_segments("a. \r\nb", 2), vec!["a.", "b"]);
+    }
+
     /// Deterministic xorshift generator for the randomized tests.
     struct Rng(u64);
     impl Rng {
@@ -784,7 +812,10 @@ mod tests {
             assert!(r.start >= prev_end && r.start < r.end, "{ranges:?}");
             prev_end = r.end;
             assert!(!seg.is_empty());
-            assert_eq!(seg.trim_end(), seg);
+            assert!(
+                seg.trim_end() == seg || !is_grapheme_boundary(seg, seg.trim_end().len()),
+                "{seg:?}"
+            );
             assert!(
                 seg.trim_start() == seg || !is_grapheme_boundary(seg, 1),
                 "{seg:?}"

@@ -3,12 +3,13 @@
 
 mod request;
 
-use request::{SpeechRequest, StreamFormat};
+use request::SpeechRequest;
+pub use request::{Speech, StreamFormat};
 
 use crate::audio::{
     encode_audio, stream_encoder, time_stretch, AudioError, AudioFormat, StreamEncoder,
 };
-use crate::infer::{JobError, JobEvent, JobOptions, JobSummary, SubmitError};
+use crate::infer::{JobError, JobEvent, JobOptions, JobSummary, ModelInfo, SubmitError};
 use crate::model::SynthError;
 use crate::server::error::{ApiError, ErrorDetail, ErrorResponse};
 use crate::server::json::JsonBody;
@@ -26,6 +27,18 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, Schema, SchemaFormat, Type};
 use utoipa::openapi::RefOr;
 use utoipa::{PartialSchema, ToSchema};
+
+/// A `POST /v1/audio/speech` body checked as [`create_speech`] checks it: parsed by the
+/// route's JSON extractor (a bad field gives 400 naming it, unparsable JSON 422), then
+/// validated against `max_input_chars` and `model`'s voices. No server is needed: this is
+/// the entry point of the `speech_request` fuzz target (`fuzz/`).
+pub fn parse_speech_body(
+    body: &[u8],
+    max_input_chars: usize,
+    model: &ModelInfo,
+) -> Result<Speech, ApiError> {
+    crate::server::json::parse::<SpeechRequest>(body)?.validate(max_input_chars, model)
+}
 
 /// Response header carrying the seed a synthesis used (random unless the request set one).
 pub const SEED_HEADER: &str = "x-voxtral-seed";
@@ -396,6 +409,33 @@ mod tests {
     use super::*;
     use crate::model::StopReason;
     use std::time::Duration;
+
+    #[test]
+    fn parse_speech_body_statuses() {
+        let model = ModelInfo {
+            voices: vec!["fr_male".into()],
+            sample_rate: 24_000,
+            device: "Cpu".into(),
+        };
+        let ok = br#"{"model": "tts-1", "input": "Salut", "voice": "fr_male", "seed": 3}"#;
+        let speech = parse_speech_body(ok, 10, &model).unwrap();
+        assert_eq!(
+            (speech.seed, speech.synthesis.voice.as_str()),
+            (3, "fr_male")
+        );
+        let err = |body: &[u8]| parse_speech_body(body, 10, &model).err().unwrap();
+        assert_eq!(
+            err(b"{\"model\": ").status,
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
+        let bad = err(br#"{"model": "x", "input": "Hi", "voice": "fr_male", "speed": "x"}"#);
+        assert_eq!(
+            (bad.status, bad.param.as_deref()),
+            (StatusCode::BAD_REQUEST, Some("speed"))
+        );
+        let long = err(br#"{"model": "x", "input": "far too long here", "voice": "fr_male"}"#);
+        assert_eq!(long.param.as_deref(), Some("input"));
+    }
 
     fn streamer(sse: bool, events: UnboundedReceiver<JobEvent>) -> Streamer {
         Streamer {

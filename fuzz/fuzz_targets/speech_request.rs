@@ -1,0 +1,43 @@
+//! The body of `POST /v1/audio/speech`: JSON parsing and field validation, through
+//! `server::parse_speech_body` (what the route runs before queuing a job).
+//!
+//! Never panics; errors are 400 (a bad field, named in `param`) or 422 (not JSON); an
+//! accepted request satisfies every documented limit.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use voxtral_tts::infer::ModelInfo;
+use voxtral_tts::server::parse_speech_body;
+use voxtral_tts::testmodel::PRESET_VOICES;
+
+fuzz_target!(|data: &[u8]| {
+    let model = ModelInfo {
+        voices: PRESET_VOICES.iter().map(|s| s.to_string()).collect(),
+        sample_rate: 24_000,
+        device: "Cpu".into(),
+    };
+    // The server default, and a small limit so the "too long" path is reached too.
+    for max_input_chars in [4096, 8] {
+        match parse_speech_body(data, max_input_chars, &model) {
+            Ok(speech) => {
+                let chars = speech.synthesis.text.chars().count();
+                assert!((1..=max_input_chars).contains(&chars));
+                assert!((0.25..=4.0).contains(&speech.speed));
+                assert!((1..=2048).contains(&speech.synthesis.max_frames));
+                assert!(model.voices.contains(&speech.synthesis.voice));
+                assert!(speech.format.is_supported());
+            }
+            Err(e) => {
+                let status = e.status.as_u16();
+                assert!(
+                    status == 400 || status == 422,
+                    "status {status}: {}",
+                    e.message
+                );
+                if status == 400 {
+                    assert!(e.code.is_some());
+                }
+            }
+        }
+    }
+});
