@@ -1,6 +1,8 @@
 # The two README commands: `make serve MODEL=DIR` and `make test`.
 SHELL := /bin/bash
 ENV := eval "$$(scripts/setup.sh --env)" &&
+# Building and serving need only libtorch and cmake, not the tests' browser and SDK.
+BUILD_ENV := eval "$$(scripts/setup.sh --build-only --env)" &&
 
 .PHONY: setup build serve test lint bench bench-load soak test-mlx fuzz
 
@@ -8,12 +10,12 @@ setup:
 	@scripts/setup.sh
 
 build:
-	$(ENV) cargo build --release
+	$(BUILD_ENV) cargo build --release
 
 # make serve MODEL=DIR [ARGS="--host 0.0.0.0 --port 8000 --config FILE"]
 serve:
 	@[[ -n "$(MODEL)" ]] || { echo "usage: make serve MODEL=/path/to/model [ARGS='--port 8000']" >&2; exit 2; }
-	$(ENV) cargo run --release -- serve --model "$(MODEL)" $(ARGS)
+	$(BUILD_ENV) cargo run --release -- serve --model "$(MODEL)" $(ARGS)
 
 # Benches are compiled (not run) first, so the run ends on cargo test's summary.
 test:

@@ -9,7 +9,9 @@
 #   - Debian's chromium when missing and playwright-core into .deps/node (the playground test
 #     drives the page headless)
 # Prints the environment to use: `eval "$(scripts/setup.sh --env)"`.
-# `--libtorch-only` skips what only the tests need (the Docker build uses it).
+# `--build-only` installs only what building and serving need (libtorch, cmake): `make build`
+# and `make serve` use it. `--libtorch-only` installs libtorch alone (the Docker build, which
+# brings its own cmake).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DEPS=${VOXTRAL_DEPS:-$ROOT/.deps}
@@ -69,12 +71,15 @@ PYEOF
   rm -rf "$tmp"
 }
 
+# Debian packages: cmake to build; with `tests`, what the tests use too.
 install_system_packages() {
   local missing=()
   command -v cmake >/dev/null || missing+=(cmake)
-  command -v ffmpeg >/dev/null || missing+=(ffmpeg)
-  [[ -x /usr/bin/chromium ]] || missing+=(chromium)
-  command -v npm >/dev/null || missing+=(npm)
+  if [[ ${1:-} == tests ]]; then
+    command -v ffmpeg >/dev/null || missing+=(ffmpeg)
+    [[ -x /usr/bin/chromium ]] || missing+=(chromium)
+    command -v npm >/dev/null || missing+=(npm)
+  fi
   ((${#missing[@]})) || return 0
   log "installing ${missing[*]}"
   local sudo=; [[ $(id -u) == 0 ]] || sudo=sudo
@@ -105,9 +110,11 @@ install_playwright() {
 }
 
 install_libtorch
-if [[ " $* " != *" --libtorch-only "* ]]; then
-  install_reference_tokenizer
+if [[ " $* " == *" --build-only "* ]]; then
   install_system_packages
+elif [[ " $* " != *" --libtorch-only "* ]]; then
+  install_reference_tokenizer
+  install_system_packages tests
   install_openai_sdk
   install_playwright
 fi
