@@ -982,35 +982,6 @@ fn url_host(url: &str) -> String {
 // Pass 4: line breaks
 // ---------------------------------------------------------------------------------------
 
-/// Sentence-final punctuation (the splitter's sentence ends).
-pub(crate) fn is_sentence_terminal(c: char) -> bool {
-    matches!(
-        c,
-        '.' | '!'
-            | '?'
-            | '…'
-            | '。'
-            | '！'
-            | '？'
-            | '｡'
-            | '．'
-            | '‼'
-            | '⁇'
-            | '⁈'
-            | '⁉'
-            | '؟'
-            | '۔'
-            | '।'
-            | '॥'
-            | '։'
-            | '።'
-            | '፧'
-            | '။'
-            | '។'
-            | '\u{037E}'
-    )
-}
-
 /// Closing quotes and brackets that may follow sentence-final punctuation.
 pub(crate) fn is_closer(c: char) -> bool {
     matches!(
@@ -1133,7 +1104,7 @@ fn end_sentence(p: &mut String) {
     let Some(last) = core.chars().next_back() else {
         return;
     };
-    if is_sentence_terminal(last) {
+    if super::split::is_sentence_terminal_char(last) {
         return;
     }
     let stop = full_stop_for(p);

@@ -272,7 +272,8 @@ fn is_strong_terminal(c: char) -> bool {
     )
 }
 
-fn is_sentence_terminal_char(c: char) -> bool {
+/// Sentence-final punctuation: where the splitter may end a sentence (the normalizer asks too).
+pub(crate) fn is_sentence_terminal_char(c: char) -> bool {
     is_weak_terminal(c) || is_strong_terminal(c)
 }
 
