@@ -11,15 +11,6 @@ use std::path::Path;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-fn jobs(server: &Server, outcome: &str) -> f64 {
-    metric(
-        &server.metrics(),
-        "voxtral_jobs_total",
-        &[("outcome", outcome)],
-    )
-    .unwrap_or(0.0)
-}
-
 /// The server still answers a small request at once.
 fn assert_healthy(server: &Server) {
     let reply = server.speech(speech_body("alloy", "pcm", 1, 2));

@@ -483,14 +483,9 @@ fn a_client_that_goes_away_cancels_its_job() {
         impatient.send_string(&body).is_err(),
         "gave up after 500 ms"
     );
-    let cancelled = || {
-        metric(
-            &server.metrics(),
-            "voxtral_jobs_total",
-            &[("outcome", "cancelled")],
-        )
-    };
-    server.wait_for("the job to be cancelled", || cancelled() == Some(1.0));
+    server.wait_for("the job to be cancelled", || {
+        jobs(&server, "cancelled") == 1.0
+    });
     let frames = metric(&server.metrics(), "voxtral_frames_generated_total", &[]).unwrap();
     assert!(frames < 2048.0, "stopped early: {frames} frames");
     assert_eq!(server.speech(speech_body("fable", "pcm", 8, 3)).status, 200);
@@ -503,14 +498,9 @@ fn a_request_past_the_timeout_gets_504_and_its_job_stops() {
     let reply = server.speech(speech_body("fable", "pcm", 8, 2048));
     assert_eq!(reply.error(504).2.as_deref(), Some("timeout"));
     assert!(started.elapsed() < Duration::from_secs(30));
-    let cancelled = || {
-        metric(
-            &server.metrics(),
-            "voxtral_jobs_total",
-            &[("outcome", "cancelled")],
-        )
-    };
-    server.wait_for("the job to be cancelled", || cancelled() == Some(1.0));
+    server.wait_for("the job to be cancelled", || {
+        jobs(&server, "cancelled") == 1.0
+    });
 }
 
 #[test]
@@ -795,14 +785,9 @@ fn a_streaming_client_that_disconnects_frees_the_worker_at_once() {
     let mut first = vec![0u8; 4 * FRAME * 2];
     reader.read_exact(&mut first).unwrap();
     drop(reader);
-    let cancelled = || {
-        metric(
-            &server.metrics(),
-            "voxtral_jobs_total",
-            &[("outcome", "cancelled")],
-        )
-    };
-    server.wait_for("the job to be cancelled", || cancelled() == Some(1.0));
+    server.wait_for("the job to be cancelled", || {
+        jobs(&server, "cancelled") == 1.0
+    });
     let frames = metric(&server.metrics(), "voxtral_frames_generated_total", &[]).unwrap();
     assert!(frames < 2048.0, "stopped early: {frames} frames");
     let started = Instant::now();

@@ -304,3 +304,13 @@ pub fn max_lsb_diff(a: &[i16], b: &[i16]) -> i32 {
         .max()
         .unwrap_or(0)
 }
+
+/// Jobs that ended with `outcome` (completed, failed, panicked, cancelled) so far.
+pub fn jobs(server: &Server, outcome: &str) -> f64 {
+    metric(
+        &server.metrics(),
+        "voxtral_jobs_total",
+        &[("outcome", outcome)],
+    )
+    .unwrap_or(0.0)
+}
