@@ -1,5 +1,7 @@
 //! Per-step engine costs on the tiny random checkpoint: tokenizer, one decode frame
-//! (backbone + flow head), codec decode. Full-size numbers come from `voxtral-tts bench`.
+//! (backbone + flow head), codec decode; and the bf16 products of one full-size backbone
+//! layer, the project's kernel beside libtorch's GEMM. Full-size per-frame numbers come from
+//! `voxtral-tts bench`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;
@@ -61,5 +63,64 @@ fn frames(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, tokenizer, text_front_end, frames);
+/// The seven weight matrices of one full-size backbone layer (233 MB in bf16, far beyond the
+/// caches), times 1 row (one stream) and 6 rows (the flow head's rows for one stream): the
+/// `TchTensor::linear` path (the bf16 kernel on a CPU with AVX512-BF16) against libtorch's own
+/// `linear`. Throughput is in weight bytes read per second.
+fn layer_products(c: &mut Criterion) {
+    use criterion::Throughput;
+    use voxtral_tts::tensor::Tensor;
+    let _guard = tch::no_grad_guard();
+    let (dim, hidden, q, kv) = (3072, 9216, 4096, 1024);
+    let shapes = [
+        (q, dim),
+        (kv, dim),
+        (kv, dim),
+        (dim, q),
+        (hidden, dim),
+        (hidden, dim),
+        (dim, hidden),
+    ];
+    let weights: Vec<TchTensor> = shapes
+        .iter()
+        .map(|&(out, inp)| {
+            TchTensor(tch::Tensor::randn(
+                [out, inp],
+                (tch::Kind::BFloat16, tch::Device::Cpu),
+            ))
+        })
+        .collect();
+    let bytes: u64 = shapes.iter().map(|&(o, i)| (o * i * 2) as u64).sum();
+    let mut group = c.benchmark_group("full-size layer bf16 products");
+    group.throughput(Throughput::Bytes(bytes));
+    group.sample_size(20);
+    for rows in [1, 6] {
+        let inputs: Vec<TchTensor> = shapes
+            .iter()
+            .map(|&(_, inp)| {
+                TchTensor(tch::Tensor::randn(
+                    [rows, inp],
+                    (tch::Kind::BFloat16, tch::Device::Cpu),
+                ))
+            })
+            .collect();
+        group.bench_function(format!("{rows} rows/TchTensor::linear"), |b| {
+            b.iter(|| {
+                for (x, w) in inputs.iter().zip(&weights) {
+                    black_box(x.linear(w));
+                }
+            })
+        });
+        group.bench_function(format!("{rows} rows/libtorch linear"), |b| {
+            b.iter(|| {
+                for (x, w) in inputs.iter().zip(&weights) {
+                    let _ = black_box(x.0.linear::<tch::Tensor>(&w.0, None));
+                }
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, tokenizer, text_front_end, frames, layer_products);
 criterion_main!(benches);

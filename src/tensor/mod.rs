@@ -6,6 +6,8 @@
 //! attention tensors are `[batch, heads, time, head_dim]`, linear weights are `[out, in]`, and
 //! conv weights are handed over in PyTorch layout once, through `prepare_conv_weight`.
 
+#[cfg(target_arch = "x86_64")]
+pub mod bf16_gemv;
 #[cfg(feature = "mlx")]
 pub mod mlx_backend;
 pub mod tch_backend;

@@ -36,6 +36,42 @@ impl TchTensor {
     }
 }
 
+/// `x @ w.T` through [`super::bf16_gemv`] when it applies: bf16 on the CPU, a contiguous
+/// `[out, in]` weight and at most `MAX_ROWS` input rows (a decode step, not a prefill).
+#[cfg(target_arch = "x86_64")]
+fn few_rows_bf16_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
+    use super::bf16_gemv;
+    use half::bf16;
+    let on_cpu_bf16 = |t: &tch::Tensor| t.device() == Device::Cpu && t.kind() == Kind::BFloat16;
+    if !(on_cpu_bf16(x) && on_cpu_bf16(w) && w.is_contiguous() && bf16_gemv::available()) {
+        return None;
+    }
+    let (shape, w_shape) = (x.size(), w.size());
+    let k = *shape.last()?;
+    let &[out, w_in] = w_shape.as_slice() else {
+        return None;
+    };
+    let rows = x.numel() / usize::try_from(k).ok()?.max(1);
+    if w_in != k || k == 0 || out == 0 || rows == 0 || rows > bf16_gemv::MAX_ROWS {
+        return None;
+    }
+    let x = x.contiguous();
+    let mut y_shape = shape;
+    *y_shape.last_mut()? = out;
+    let y = tch::Tensor::empty(&y_shape, (Kind::BFloat16, Device::Cpu));
+    let (k, out) = (k as usize, out as usize);
+    // SAFETY: all three are contiguous bf16 CPU tensors of exactly these lengths, `y` is new
+    // and not shared, and `x` and `w` outlive the call.
+    unsafe {
+        let x = std::slice::from_raw_parts(x.data_ptr() as *const bf16, rows * k);
+        let w = std::slice::from_raw_parts(w.data_ptr() as *const bf16, out * k);
+        let y = std::slice::from_raw_parts_mut(y.data_ptr() as *mut bf16, rows * out);
+        let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
+        bf16_gemv::linear(x, w, k, y, threads);
+    }
+    Some(y)
+}
+
 impl Tensor for TchTensor {
     type Device = Device;
     const BACKEND: &'static str = "libtorch";
@@ -152,6 +188,20 @@ impl Tensor for TchTensor {
     }
 
     fn linear(&self, weight: &Self) -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(y) = few_rows_bf16_linear(&self.0, &weight.0) {
+            return Self::wrap(y);
+        }
+        if std::env::var("DBG_LIN").is_ok() {
+            eprintln!(
+                "fallback linear {:?} {:?} x {:?} {:?} contig {}",
+                self.0.size(),
+                self.0.kind(),
+                weight.0.size(),
+                weight.0.kind(),
+                weight.0.is_contiguous()
+            );
+        }
         Self::wrap(self.0.linear::<tch::Tensor>(&weight.0, None))
     }
 
@@ -291,6 +341,31 @@ impl Tensor for TchTensor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bf16 fast path (a few rows) and libtorch's GEMM (many rows) agree with an f32
+    /// product rounded to bf16, for a 3-D input and a weight big enough to be split.
+    #[test]
+    fn bf16_linear_matches_f32_product_for_few_and_many_rows() {
+        let _guard = tch::no_grad_guard();
+        let w = tch::Tensor::randn([1030, 256], (Kind::Float, Device::Cpu));
+        let w16 = TchTensor(w.to_kind(Kind::BFloat16));
+        for rows in [1, 6, super::super::bf16_gemv::MAX_ROWS as i64 + 1] {
+            let x = tch::Tensor::randn([1, rows, 256], (Kind::Float, Device::Cpu));
+            let x16 = TchTensor(x.to_kind(Kind::BFloat16));
+            let got = x16.linear(&w16);
+            assert_eq!(got.shape(), vec![1, rows as usize, 1030]);
+            assert_eq!(got.dtype(), DType::BF16);
+            let want = x16
+                .0
+                .to_kind(Kind::Float)
+                .linear::<tch::Tensor>(&w16.0.to_kind(Kind::Float), None);
+            // Within one bf16 rounding step (2^-8 relative) of the f32 product.
+            let err = (got.0.to_kind(Kind::Float) - &want).abs();
+            let tolerance = want.abs() * (1.0 / 128.0) + 1e-3;
+            let worst = (err - tolerance).max().double_value(&[]);
+            assert!(worst <= 0.0, "{rows} rows: off by {worst} beyond tolerance");
+        }
+    }
 
     #[test]
     fn conv_layouts_and_idempotent_weight_conversion() {
