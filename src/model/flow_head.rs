@@ -18,13 +18,24 @@ struct FlowLayer<T> {
 }
 
 impl<T: Tensor> FlowLayer<T> {
-    fn forward(&self, x: &T) -> T {
+    /// Runs `x` `[b, tokens, dim]` through the layer, every token attending to every token, and
+    /// returns the outputs of the first `queries` tokens only. Each token's output depends on
+    /// the others only through attention, so the rows left out need no query, output
+    /// projection or feed-forward: the last layer computes only the token the head reads.
+    fn forward(&self, x: &T, queries: usize) -> T {
         let a = &self.attention;
         let n = self.attention_norm.forward(x);
-        let q = a.split_heads(&n.linear(&a.wq), a.n_heads);
+        let first = |t: &T| {
+            if queries == t.shape()[1] {
+                t.clone()
+            } else {
+                t.narrow(1, 0, queries)
+            }
+        };
+        let q = a.split_heads(&first(&n).linear(&a.wq), a.n_heads);
         let k = a.split_heads(&n.linear(&a.wk), a.n_kv_heads);
         let v = a.split_heads(&n.linear(&a.wv), a.n_kv_heads);
-        let h = x.add(&a.merge_heads(&T::attention(&q, &k, &v, None, false, a.scale())));
+        let h = first(x).add(&a.merge_heads(&T::attention(&q, &k, &v, None, false, a.scale())));
         h.add(&self.feed_forward.forward(&self.ffn_norm.forward(&h)))
     }
 }
@@ -214,13 +225,14 @@ impl<T: Tensor> FlowHead<T> {
                 .reshape(&[2 * b, 1, self.dim]);
             let ts: Vec<&T> = std::iter::repeat_n(t, 2 * b).collect();
             let mut h = T::cat(&[&xb, &T::cat(&ts, 0), &llm], 1);
-            for layer in &self.layers {
-                h = layer.forward(&h);
+            // The velocity is read from the first token (the state's) of the last layer.
+            let (last, others) = self.layers.split_last().expect("at least one layer");
+            for layer in others {
+                h = layer.forward(&h, 3);
             }
             let v = self
                 .norm
-                .forward(&h)
-                .narrow(1, 0, 1)
+                .forward(&last.forward(&h, 1))
                 .reshape(&[2 * b, self.dim])
                 .linear(&self.acoustic_out)
                 .to_dtype(DType::F32);

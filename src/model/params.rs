@@ -355,6 +355,7 @@ impl Config {
                 "must be > 0 and divide n_heads".into(),
             ));
         }
+        positive(&format!("{prefix}.n_layers"), at.n_layers)?;
         if at.input_dim != args.dim {
             return Err(bad(
                 &format!("{prefix}.input_dim"),

@@ -7,7 +7,7 @@
 //! conv weights are handed over in PyTorch layout once, through `prepare_conv_weight`.
 
 #[cfg(target_arch = "x86_64")]
-pub mod bf16_gemv;
+pub mod cpu_gemv;
 #[cfg(feature = "mlx")]
 pub mod mlx_backend;
 pub mod tch_backend;

@@ -36,40 +36,50 @@ impl TchTensor {
     }
 }
 
-/// `x @ w.T` through [`super::bf16_gemv`] when it applies: bf16 on the CPU, a contiguous
-/// `[out, in]` weight and at most `MAX_ROWS` input rows (a decode step, not a prefill).
+/// `x @ w.T` through [`super::cpu_gemv`] when it applies: bf16 or f32 on the CPU, a
+/// contiguous `[out, in]` weight and at most `MAX_ROWS` input rows (a decode step, not a
+/// prefill).
 #[cfg(target_arch = "x86_64")]
-fn few_rows_bf16_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
-    use super::bf16_gemv;
+fn few_rows_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
+    use super::cpu_gemv::{self, Element};
     use half::bf16;
-    let on_cpu_bf16 = |t: &tch::Tensor| t.device() == Device::Cpu && t.kind() == Kind::BFloat16;
-    if !(on_cpu_bf16(x) && on_cpu_bf16(w) && w.is_contiguous() && bf16_gemv::available()) {
-        return None;
+
+    fn run<E: Element>(x: &tch::Tensor, w: &tch::Tensor, kind: Kind) -> Option<tch::Tensor> {
+        let on_cpu = |t: &tch::Tensor| t.device() == Device::Cpu && t.kind() == kind;
+        if !(on_cpu(x) && on_cpu(w) && w.is_contiguous() && E::available()) {
+            return None;
+        }
+        let (shape, w_shape) = (x.size(), w.size());
+        let k = *shape.last()?;
+        let &[out, w_in] = w_shape.as_slice() else {
+            return None;
+        };
+        let rows = x.numel() / usize::try_from(k).ok()?.max(1);
+        if w_in != k || k == 0 || out == 0 || rows == 0 || rows > cpu_gemv::MAX_ROWS {
+            return None;
+        }
+        let x = x.contiguous();
+        let mut y_shape = shape;
+        *y_shape.last_mut()? = out;
+        let y = tch::Tensor::empty(&y_shape, (kind, Device::Cpu));
+        let (k, out) = (k as usize, out as usize);
+        // SAFETY: all three are contiguous CPU tensors of `E`'s kind and exactly these
+        // lengths, `y` is new and not shared, and `x` and `w` outlive the call.
+        unsafe {
+            let x = std::slice::from_raw_parts(x.data_ptr() as *const E, rows * k);
+            let w = std::slice::from_raw_parts(w.data_ptr() as *const E, out * k);
+            let y = std::slice::from_raw_parts_mut(y.data_ptr() as *mut E, rows * out);
+            let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
+            cpu_gemv::linear(x, w, k, y, threads);
+        }
+        Some(y)
     }
-    let (shape, w_shape) = (x.size(), w.size());
-    let k = *shape.last()?;
-    let &[out, w_in] = w_shape.as_slice() else {
-        return None;
-    };
-    let rows = x.numel() / usize::try_from(k).ok()?.max(1);
-    if w_in != k || k == 0 || out == 0 || rows == 0 || rows > bf16_gemv::MAX_ROWS {
-        return None;
+
+    match x.kind() {
+        Kind::BFloat16 => run::<bf16>(x, w, Kind::BFloat16),
+        Kind::Float => run::<f32>(x, w, Kind::Float),
+        _ => None,
     }
-    let x = x.contiguous();
-    let mut y_shape = shape;
-    *y_shape.last_mut()? = out;
-    let y = tch::Tensor::empty(&y_shape, (Kind::BFloat16, Device::Cpu));
-    let (k, out) = (k as usize, out as usize);
-    // SAFETY: all three are contiguous bf16 CPU tensors of exactly these lengths, `y` is new
-    // and not shared, and `x` and `w` outlive the call.
-    unsafe {
-        let x = std::slice::from_raw_parts(x.data_ptr() as *const bf16, rows * k);
-        let w = std::slice::from_raw_parts(w.data_ptr() as *const bf16, out * k);
-        let y = std::slice::from_raw_parts_mut(y.data_ptr() as *mut bf16, rows * out);
-        let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
-        bf16_gemv::linear(x, w, k, y, threads);
-    }
-    Some(y)
 }
 
 impl Tensor for TchTensor {
@@ -189,7 +199,7 @@ impl Tensor for TchTensor {
 
     fn linear(&self, weight: &Self) -> Self {
         #[cfg(target_arch = "x86_64")]
-        if let Some(y) = few_rows_bf16_linear(&self.0, &weight.0) {
+        if let Some(y) = few_rows_linear(&self.0, &weight.0) {
             return Self::wrap(y);
         }
         if std::env::var("DBG_LIN").is_ok() {
@@ -342,28 +352,32 @@ impl Tensor for TchTensor {
 mod tests {
     use super::*;
 
-    /// The bf16 fast path (a few rows) and libtorch's GEMM (many rows) agree with an f32
-    /// product rounded to bf16, for a 3-D input and a weight big enough to be split.
+    /// The few-rows kernels and libtorch's GEMM (many rows) agree with an f64 product, in
+    /// bf16 (within a bf16 rounding step) and f32, for a 3-D input and a weight big enough to
+    /// be split over threads.
     #[test]
-    fn bf16_linear_matches_f32_product_for_few_and_many_rows() {
+    fn linear_matches_f64_product_for_few_and_many_rows() {
         let _guard = tch::no_grad_guard();
         let w = tch::Tensor::randn([1030, 256], (Kind::Float, Device::Cpu));
-        let w16 = TchTensor(w.to_kind(Kind::BFloat16));
-        for rows in [1, 6, super::super::bf16_gemv::MAX_ROWS as i64 + 1] {
-            let x = tch::Tensor::randn([1, rows, 256], (Kind::Float, Device::Cpu));
-            let x16 = TchTensor(x.to_kind(Kind::BFloat16));
-            let got = x16.linear(&w16);
-            assert_eq!(got.shape(), vec![1, rows as usize, 1030]);
-            assert_eq!(got.dtype(), DType::BF16);
-            let want = x16
-                .0
-                .to_kind(Kind::Float)
-                .linear::<tch::Tensor>(&w16.0.to_kind(Kind::Float), None);
-            // Within one bf16 rounding step (2^-8 relative) of the f32 product.
-            let err = (got.0.to_kind(Kind::Float) - &want).abs();
-            let tolerance = want.abs() * (1.0 / 128.0) + 1e-3;
-            let worst = (err - tolerance).max().double_value(&[]);
-            assert!(worst <= 0.0, "{rows} rows: off by {worst} beyond tolerance");
+        for (dtype, relative) in [(DType::BF16, 1.0 / 128.0), (DType::F32, 1e-5)] {
+            let w = TchTensor(w.to_kind(kind(dtype)));
+            for rows in [1, 6, super::super::cpu_gemv::MAX_ROWS as i64 + 1] {
+                let x = tch::Tensor::randn([1, rows, 256], (Kind::Float, Device::Cpu));
+                let x = TchTensor(x.to_kind(kind(dtype)));
+                let got = x.linear(&w);
+                assert_eq!(got.shape(), vec![1, rows as usize, 1030]);
+                assert_eq!(got.dtype(), dtype);
+                let want =
+                    x.0.to_kind(Kind::Double)
+                        .linear::<tch::Tensor>(&w.0.to_kind(Kind::Double), None);
+                let err = (got.0.to_kind(Kind::Double) - &want).abs();
+                let tolerance = want.abs() * relative + 1e-4;
+                let worst = (err - tolerance).max().double_value(&[]);
+                assert!(
+                    worst <= 0.0,
+                    "{dtype} {rows} rows: {worst} beyond tolerance"
+                );
+            }
         }
     }
 
