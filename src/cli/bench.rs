@@ -4,7 +4,7 @@
 use super::synth::parse_dtype;
 use crate::device::{Backend, DeviceChoice};
 use crate::model::params::Config;
-use crate::model::{Noise, StageTimes, SynthesisRequest, Voxtral};
+use crate::model::{Generation, Noise, StageTimes, SynthesisRequest, Voxtral};
 #[cfg(feature = "mlx")]
 use crate::tensor::mlx_backend::MlxTensor;
 use crate::tensor::tch_backend::TchTensor;
@@ -34,6 +34,10 @@ pub struct BenchArgs {
     threads: Option<i32>,
     #[arg(long, default_value = "The quick brown fox jumps over the lazy dog.")]
     text: String,
+    /// Also time decode steps of this many streams advancing together (continuous
+    /// batching), e.g. `--batch 1,4,8`: `--frames` steps each, prefill and codec left out.
+    #[arg(long, value_delimiter = ',')]
+    batch: Vec<usize>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -128,21 +132,73 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
         step / frame_ms
     );
     let (backbone_bytes, flow_bytes) = weight_bytes_per_frame(&model.config, args.dtype);
-    let bandwidth = copy_bandwidth();
-    let floor = |bytes: f64| bytes / bandwidth * 1e3;
+    // Measured with as many threads as the engine ran on: one core cannot draw the memory
+    // bandwidth that two can.
+    let threads = if T::BACKEND == TchTensor::BACKEND {
+        usize::try_from(tch::get_num_threads()).unwrap_or(1).max(1)
+    } else {
+        1
+    };
+    let (copy, read) = (copy_bandwidth(threads), read_bandwidth(threads));
     println!(
-        "bandwidth  {:.1} GB/s (large copy, bytes read + written)",
-        bandwidth / 1e9
+        "bandwidth  {:.1} GB/s large copy (bytes read + written), {:.1} GB/s large read; {threads} threads",
+        copy / 1e9,
+        read / 1e9
     );
-    println!(
-        "floor      backbone {:.1} ms ({:.2} GB), flow head {:.1} ms ({:.2} GB): measured/floor {:.2}x and {:.2}x",
-        floor(backbone_bytes),
-        backbone_bytes / 1e9,
-        floor(flow_bytes),
-        flow_bytes / 1e9,
-        per(total.backbone) / floor(backbone_bytes),
-        per(total.flow_head) / floor(flow_bytes),
-    );
+    for (name, bandwidth) in [("copy", copy), ("read", read)] {
+        let floor = |bytes: f64| bytes / bandwidth * 1e3;
+        println!(
+            "floor/{name} backbone {:.1} ms ({:.2} GB), flow head {:.1} ms ({:.2} GB): measured/floor {:.2}x and {:.2}x",
+            floor(backbone_bytes),
+            backbone_bytes / 1e9,
+            floor(flow_bytes),
+            flow_bytes / 1e9,
+            per(total.backbone) / floor(backbone_bytes),
+            per(total.flow_head) / floor(flow_bytes),
+        );
+    }
+    batch_steps(args, &model, &voice)
+}
+
+/// Decode steps of `--batch` streams together, as the server's batcher runs them: frames/s
+/// of the engine alone and its ratio to one stream.
+fn batch_steps<T: Tensor>(args: &BenchArgs, model: &Voxtral<T>, voice: &str) -> Result<()> {
+    let mut one_stream = None;
+    for &streams in &args.batch {
+        anyhow::ensure!(streams > 0, "--batch: sizes must be at least 1");
+        let mut running = (0..streams)
+            .map(|i| {
+                model.start(&SynthesisRequest {
+                    text: args.text.clone(),
+                    voice: voice.to_string(),
+                    max_frames: args.frames,
+                    noise: Noise::Seeded {
+                        seed: i as u64,
+                        scale: 1.0,
+                    },
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let started = Instant::now();
+        let mut steps = 0;
+        while running.iter().any(|g| g.stop_reason().is_none()) {
+            Generation::step_batch(&mut running.iter_mut().collect::<Vec<_>>());
+            steps += 1;
+        }
+        let wall = started.elapsed();
+        let frames: usize = running.iter().map(|g| g.frames().len()).sum();
+        let times = running[0].times();
+        let per_step = |d: Duration| ms(d) / steps as f64;
+        let fps = frames as f64 / wall.as_secs_f64();
+        let ratio = fps / *one_stream.get_or_insert(fps);
+        println!(
+            "batch {streams:>3}  {:.1} ms/step (backbone {:.1}, flow head {:.1}), {frames} frames in {steps} steps: {fps:.2} frames/s, {ratio:.2}x batch {}",
+            per_step(wall),
+            per_step(times.backbone),
+            per_step(times.flow_head),
+            args.batch[0],
+        );
+    }
     Ok(())
 }
 
@@ -170,19 +226,47 @@ fn weight_bytes_per_frame(cfg: &Config, dtype: DType) -> (f64, f64) {
     (backbone, flow)
 }
 
-/// Bytes per second of a large memory copy, counting bytes read and bytes written; best of 3.
-fn copy_bandwidth() -> f64 {
-    let len = 512 << 20;
-    let src = vec![1u8; len];
-    let mut dst = vec![0u8; len];
+/// 1 GiB, split evenly over `threads` threads; the best of 3 runs in bytes per second.
+fn bandwidth(threads: usize, run: impl Fn(&[u64], &mut [u64]) + Sync, bytes_per_byte: f64) -> f64 {
+    let len = (1 << 30) / 8;
+    let src = vec![1u64; len];
+    let mut dst = vec![0u64; len];
+    let chunk = len.div_ceil(threads);
     let best = (0..3)
         .map(|_| {
             let started = Instant::now();
-            dst.copy_from_slice(std::hint::black_box(&src));
+            std::thread::scope(|s| {
+                for (src, dst) in src.chunks(chunk).zip(dst.chunks_mut(chunk)) {
+                    s.spawn(|| run(std::hint::black_box(src), dst));
+                }
+            });
             started.elapsed()
         })
         .min()
         .expect("three runs");
     std::hint::black_box(&dst);
-    2.0 * len as f64 / best.as_secs_f64()
+    bytes_per_byte * (len * 8) as f64 / best.as_secs_f64()
+}
+
+/// A large memory copy, counting bytes read and bytes written.
+fn copy_bandwidth(threads: usize) -> f64 {
+    bandwidth(threads, |src, dst| dst.copy_from_slice(src), 2.0)
+}
+
+/// A large read (a sum of every word), which is all a weight-bound decode step does.
+fn read_bandwidth(threads: usize) -> f64 {
+    bandwidth(
+        threads,
+        |src, dst| {
+            // Eight independent sums: the loop is bound by loads, not by one add chain.
+            let lanes = src.chunks_exact(8).fold([0u64; 8], |mut acc, words| {
+                for (a, w) in acc.iter_mut().zip(words) {
+                    *a = a.wrapping_add(*w);
+                }
+                acc
+            });
+            dst[0] = lanes.iter().fold(0, |a, &b| a.wrapping_add(b));
+        },
+        1.0,
+    )
 }

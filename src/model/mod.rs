@@ -515,6 +515,11 @@ impl<T: Tensor> Generation<'_, T> {
         self.max_frames
     }
 
+    /// Time spent so far per model part; a batched step counts in full for each member.
+    pub fn times(&self) -> StageTimes {
+        self.times
+    }
+
     /// Runs to the end and decodes everything.
     pub fn finish(mut self) -> Result<Synthesis, SynthError> {
         while self.next_frame().is_some() {}
