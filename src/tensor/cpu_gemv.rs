@@ -75,6 +75,23 @@ pub trait Element: Copy + 'static {
     );
 }
 
+/// An `Element::dot` that runs [`dot`] with `$features` enabled, so the element's intrinsics
+/// inline into its loop.
+macro_rules! dot_with_features {
+    ($features:literal) => {
+        #[target_feature(enable = $features)]
+        unsafe fn dot<const R: usize, const M: usize>(
+            w: *const Self,
+            x: *const Self,
+            k: usize,
+            y: *mut Self,
+            y_stride: usize,
+        ) {
+            dot::<Self, R, M>(w, x, k, y, y_stride)
+        }
+    };
+}
+
 impl Element for bf16 {
     const LANES: usize = 32;
 
@@ -108,16 +125,7 @@ impl Element for bf16 {
         bf16::from_f32(sum)
     }
 
-    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-    unsafe fn dot<const R: usize, const M: usize>(
-        w: *const Self,
-        x: *const Self,
-        k: usize,
-        y: *mut Self,
-        y_stride: usize,
-    ) {
-        dot::<Self, R, M>(w, x, k, y, y_stride)
-    }
+    dot_with_features!("avx512f,avx512bw,avx512bf16");
 }
 
 impl Element for f32 {
@@ -147,16 +155,7 @@ impl Element for f32 {
         sum
     }
 
-    #[target_feature(enable = "avx512f")]
-    unsafe fn dot<const R: usize, const M: usize>(
-        w: *const Self,
-        x: *const Self,
-        k: usize,
-        y: *mut Self,
-        y_stride: usize,
-    ) {
-        dot::<Self, R, M>(w, x, k, y, y_stride)
-    }
+    dot_with_features!("avx512f");
 }
 
 /// `y[m][o] = sum_k x[m][k] * w[o][k]`, accumulated in f32 (what
