@@ -226,8 +226,9 @@ fn weight_bytes_per_frame(cfg: &Config, dtype: DType) -> (f64, f64) {
     (backbone, flow)
 }
 
-/// 1 GiB, split evenly over `threads` threads; the best of 3 runs in bytes per second.
-fn bandwidth(threads: usize, run: impl Fn(&[u64], &mut [u64]) + Sync, bytes_per_byte: f64) -> f64 {
+/// `run` over 1 GiB, split evenly over `threads` threads; the best of 3 runs in bytes per
+/// second, each byte of the buffer counted `passes` times (2 for a copy: read and written).
+fn bandwidth(threads: usize, run: impl Fn(&[u64], &mut [u64]) + Sync, passes: f64) -> f64 {
     let len = (1 << 30) / 8;
     let src = vec![1u64; len];
     let mut dst = vec![0u64; len];
@@ -245,7 +246,7 @@ fn bandwidth(threads: usize, run: impl Fn(&[u64], &mut [u64]) + Sync, bytes_per_
         .min()
         .expect("three runs");
     std::hint::black_box(&dst);
-    bytes_per_byte * (len * 8) as f64 / best.as_secs_f64()
+    passes * (len * 8) as f64 / best.as_secs_f64()
 }
 
 /// A large memory copy, counting bytes read and bytes written.
