@@ -45,6 +45,9 @@ pub enum Preset {
     /// Like tiny with 6 query heads over 2 KV heads (GQA 3), 6 codec heads and a
     /// 60-entry semantic codebook: exercises non-power-of-two paths and early END_AUDIO.
     TinyOdd,
+    /// Width 1024, 8 layers (~0.6 GB): for batching benchmarks, where a few streams make the
+    /// flow head compute-bound.
+    Mid,
     /// The published sizes (~8 GB): for benchmarks.
     Full,
 }
@@ -106,6 +109,24 @@ impl Preset {
                 semantic_dim: 12,
                 merges: 120,
                 voice_rows: (3, 9),
+            },
+            Preset::Mid => Dims {
+                dim: 1024,
+                layers: 8,
+                heads: 8,
+                kv_heads: 2,
+                head_dim: 128,
+                hidden: 3072,
+                semantic: 8192,
+                acoustic_books: 36,
+                codec_dim: 256,
+                codec_hidden: 1024,
+                codec_heads: 4,
+                codec_kv_heads: 4,
+                codec_head_dim: 64,
+                semantic_dim: 256,
+                merges: 2000,
+                voice_rows: (100, 300),
             },
             Preset::Full => Dims {
                 dim: 3072,
@@ -518,7 +539,7 @@ fn write_voice_safetensors(path: &Path, rows: usize, dim: usize, data: &[u8]) ->
 }
 
 impl Preset {
-    /// The name used on the command line (`tiny`, `tiny-odd`, `full`).
+    /// The name used on the command line (`tiny`, `tiny-odd`, `mid`, `full`).
     pub fn name(self) -> String {
         clap::ValueEnum::to_possible_value(&self)
             .expect("no skipped variants")
@@ -535,7 +556,14 @@ pub fn cached_test_model(preset: Preset, seed: u64) -> Result<std::path::PathBuf
     if dir.join("consolidated.safetensors").exists() {
         return Ok(dir);
     }
-    let tmp = root.join(format!(".{}-{seed}.{}", preset.name(), std::process::id()));
+    // Unique per caller: tests of one process make the same checkpoint from several threads.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = root.join(format!(
+        ".{}-{seed}.{}.{call}",
+        preset.name(),
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&tmp);
     make_test_model(&tmp, preset, seed)?;
     match std::fs::rename(&tmp, &dir) {
@@ -608,7 +636,7 @@ pub fn make_test_model(out: &Path, preset: Preset, seed: u64) -> Result<()> {
             .expect("valid template"),
     );
     progress.set_message("consolidated.safetensors");
-    if preset != Preset::Full {
+    if !matches!(preset, Preset::Mid | Preset::Full) {
         progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     write_safetensors(
