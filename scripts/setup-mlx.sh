@@ -37,14 +37,25 @@ CRATE_DIR=$MLX_DIR/mlx-sys-$MLX_SYS_VERSION
 
 log() { echo "[setup-mlx] $*" >&2; }
 
+# bindgen (mlx-sys build script) loads libclang's C library at build time, through clang-sys:
+# libclang.so[.N] or libclang-N.so[.M] (Debian's libclang1-N), in LIBCLANG_PATH or the system's
+# library folders. libclang-cpp.so.N (the C++ library, present with other LLVM tools) is not it.
+has_libclang() {
+  local dir lib
+  for dir in ${LIBCLANG_PATH:-} /usr/lib/llvm-*/lib /usr/lib/*-linux-gnu /usr/lib /usr/lib64 /usr/local/lib; do
+    for lib in "$dir"/libclang.so* "$dir"/libclang-[0-9]*.so*; do
+      [[ -e $lib ]] && return 0
+    done
+  done
+  return 1
+}
+
 install_system_packages() {
   local missing=()
   command -v cmake >/dev/null || missing+=(cmake)
   command -v c++ >/dev/null || missing+=(g++)
   command -v patch >/dev/null || missing+=(patch)
-  # bindgen (mlx-sys build script) loads libclang at build time.
-  compgen -G "/usr/lib/llvm-*/lib/libclang.so*" >/dev/null ||
-    compgen -G "/usr/lib/*/libclang-*.so*" >/dev/null || missing+=(libclang-dev)
+  has_libclang || missing+=(libclang-dev)
   ((${#missing[@]})) || return 0
   log "installing ${missing[*]}"
   local sudo=; [[ $(id -u) == 0 ]] || sudo=sudo
