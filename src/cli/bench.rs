@@ -5,9 +5,10 @@ use super::synth::parse_dtype;
 use crate::device::{Backend, DeviceChoice};
 use crate::model::params::Config;
 use crate::model::{Generation, Noise, StageTimes, SynthesisRequest, Voxtral};
+use crate::tensor::cpu_gemv::{peak_f32_flops, Variant};
 #[cfg(feature = "mlx")]
 use crate::tensor::mlx_backend::MlxTensor;
-use crate::tensor::tch_backend::TchTensor;
+use crate::tensor::tch_backend::{linear_multiply_adds, TchTensor};
 use crate::tensor::{DType, Tensor};
 use crate::testmodel::{cached_test_model, Preset};
 use anyhow::{Context, Result};
@@ -79,7 +80,7 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
     model.start(&warm)?.finish()?;
 
     let mut total = StageTimes::default();
-    let (mut frames, mut runs, mut prompt_len) = (0, 0, 0);
+    let (mut frames, mut runs, mut prompt_len, mut prefill_multiply_adds) = (0, 0, 0, 0);
     while frames < args.frames {
         let request = SynthesisRequest {
             text: args.text.clone(),
@@ -90,7 +91,10 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
                 scale: 1.0,
             },
         };
-        let s = model.start(&request)?.finish()?;
+        let before = linear_multiply_adds();
+        let generation = model.start(&request)?;
+        prefill_multiply_adds += linear_multiply_adds() - before;
+        let s = generation.finish()?;
         prompt_len = s.prompt_ids.len();
         frames += s.codes.len();
         runs += 1;
@@ -116,11 +120,40 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
             String::new()
         }
     );
-    println!("load       {:.0} ms", ms(load));
+    // Measured with as many threads as the engine ran on: one core cannot draw the memory
+    // bandwidth (or the arithmetic) that two can.
+    let threads = if T::BACKEND == TchTensor::BACKEND {
+        usize::try_from(tch::get_num_threads()).unwrap_or(1).max(1)
+    } else {
+        1
+    };
+    let kernel = Variant::active();
+    let has: Vec<&str> = Variant::ALL
+        .iter()
+        .filter(|v| **v != Variant::Portable && v.supported())
+        .map(|v| v.name())
+        .collect();
     println!(
-        "prefill    {:.1} ms per run ({} prompt tokens, {runs} runs)",
-        ms(total.prefill) / runs as f64,
-        prompt_len
+        "kernel     {kernel} (this CPU supports: {}; VOXTRAL_CPU_KERNEL picks another)",
+        if has.is_empty() {
+            "portable only".to_string()
+        } else {
+            has.join(", ")
+        }
+    );
+    let peak = peak_f32_flops(kernel, threads);
+    if let Some(peak) = peak {
+        println!(
+            "peak       {:.1} GFLOP/s f32 FMA ({threads} threads, the {kernel} kernel's vector width)",
+            peak / 1e9
+        );
+    }
+    println!("load       {:.0} ms", ms(load));
+    let prefill = ms(total.prefill) / runs as f64;
+    println!(
+        "prefill    {prefill:.1} ms per run ({} prompt tokens, {runs} runs){}",
+        prompt_len,
+        arithmetic_rate(prefill_multiply_adds, total.prefill, peak)
     );
     println!("backbone   {:.2} ms/frame", per(total.backbone));
     println!("flow head  {:.2} ms/frame", per(total.flow_head));
@@ -132,13 +165,6 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
         step / frame_ms
     );
     let (backbone_bytes, flow_bytes) = weight_bytes_per_frame(&model.config, args.dtype);
-    // Measured with as many threads as the engine ran on: one core cannot draw the memory
-    // bandwidth that two can.
-    let threads = if T::BACKEND == TchTensor::BACKEND {
-        usize::try_from(tch::get_num_threads()).unwrap_or(1).max(1)
-    } else {
-        1
-    };
     let (copy, read) = (copy_bandwidth(threads), read_bandwidth(threads));
     println!(
         "bandwidth  {:.1} GB/s large copy (bytes read + written), {:.1} GB/s large read; {threads} threads",
@@ -157,12 +183,30 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
             per(total.flow_head) / floor(flow_bytes),
         );
     }
-    batch_steps(args, &model, &voice)
+    batch_steps(args, &model, &voice, peak)
+}
+
+/// `"; products at X GFLOP/s, Y% of the f32 FMA peak"` for `multiply_adds` done in
+/// `time`, or nothing when none were counted.
+fn arithmetic_rate(multiply_adds: u64, time: Duration, peak: Option<f64>) -> String {
+    if multiply_adds == 0 || time.is_zero() {
+        return String::new();
+    }
+    let rate = 2.0 * multiply_adds as f64 / time.as_secs_f64();
+    let share = peak.map_or(String::new(), |p| {
+        format!(", {:.0}% of the f32 FMA peak", 100.0 * rate / p)
+    });
+    format!("; products at {:.1} GFLOP/s{share}", rate / 1e9)
 }
 
 /// Decode steps of `--batch` streams together, as the server's batcher runs them: frames/s
 /// of the engine alone and its ratio to one stream.
-fn batch_steps<T: Tensor>(args: &BenchArgs, model: &Voxtral<T>, voice: &str) -> Result<()> {
+fn batch_steps<T: Tensor>(
+    args: &BenchArgs,
+    model: &Voxtral<T>,
+    voice: &str,
+    peak: Option<f64>,
+) -> Result<()> {
     let mut one_stream = None;
     for &streams in &args.batch {
         anyhow::ensure!(streams > 0, "--batch: sizes must be at least 1");
@@ -179,20 +223,21 @@ fn batch_steps<T: Tensor>(args: &BenchArgs, model: &Voxtral<T>, voice: &str) -> 
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let started = Instant::now();
+        let (started, before) = (Instant::now(), linear_multiply_adds());
         let mut steps = 0;
         while running.iter().any(|g| g.stop_reason().is_none()) {
             Generation::step_batch(&mut running.iter_mut().collect::<Vec<_>>());
             steps += 1;
         }
         let wall = started.elapsed();
+        let rate = arithmetic_rate(linear_multiply_adds() - before, wall, peak);
         let frames: usize = running.iter().map(|g| g.frames().len()).sum();
         let times = running[0].times();
         let per_step = |d: Duration| ms(d) / steps as f64;
         let fps = frames as f64 / wall.as_secs_f64();
         let ratio = fps / *one_stream.get_or_insert(fps);
         println!(
-            "batch {streams:>3}  {:.1} ms/step (backbone {:.1}, flow head {:.1}), {frames} frames in {steps} steps: {fps:.2} frames/s, {ratio:.2}x batch {}",
+            "batch {streams:>3}  {:.1} ms/step (backbone {:.1}, flow head {:.1}), {frames} frames in {steps} steps: {fps:.2} frames/s, {ratio:.2}x batch {}{rate}",
             per_step(wall),
             per_step(times.backbone),
             per_step(times.flow_head),

@@ -269,6 +269,10 @@ impl Tensor for MlxTensor {
         }
     }
 
+    fn is_cpu(device: &MlxDevice) -> bool {
+        *device == MlxDevice::Cpu
+    }
+
     fn zeros(device: &MlxDevice, shape: &[usize], dtype: DType) -> Self {
         device.make_default();
         Self::op(ops::zeros_dtype(&dims(shape), mlx_dtype(dtype)))

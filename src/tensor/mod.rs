@@ -6,7 +6,6 @@
 //! attention tensors are `[batch, heads, time, head_dim]`, linear weights are `[out, in]`, and
 //! conv weights are handed over in PyTorch layout once, through `prepare_conv_weight`.
 
-#[cfg(target_arch = "x86_64")]
 pub mod cpu_gemv;
 #[cfg(feature = "mlx")]
 pub mod mlx_backend;
@@ -93,6 +92,8 @@ pub trait Tensor: Clone + Sized {
     /// and unchanged for as long as the tensor (and any view of it) lives.
     unsafe fn from_raw(device: &Self::Device, raw: &RawTensor<'_>, dtype: DType) -> Self;
     fn zeros(device: &Self::Device, shape: &[usize], dtype: DType) -> Self;
+    /// Whether `device` is the host CPU.
+    fn is_cpu(device: &Self::Device) -> bool;
 
     fn shape(&self) -> Vec<usize>;
     fn dtype(&self) -> DType;

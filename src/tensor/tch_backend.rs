@@ -2,6 +2,7 @@
 //! NCL around each convolution here, inside the backend.
 
 use super::{ConvKind, DType, PadMode, RawTensor, Tensor};
+use std::sync::atomic::{AtomicU64, Ordering};
 use tch::{Device, Kind};
 
 /// A libtorch tensor; cloning is a shallow (shared-storage) clone.
@@ -39,14 +40,13 @@ impl TchTensor {
 /// `x @ w.T` through [`super::cpu_gemv`] when it applies: bf16 or f32 on the CPU, a
 /// contiguous `[out, in]` weight and at most `MAX_ROWS` input rows (a decode step, not a
 /// prefill).
-#[cfg(target_arch = "x86_64")]
 fn few_rows_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
     use super::cpu_gemv::{self, Element};
     use half::bf16;
 
     fn run<E: Element>(x: &tch::Tensor, w: &tch::Tensor, kind: Kind) -> Option<tch::Tensor> {
         let on_cpu = |t: &tch::Tensor| t.device() == Device::Cpu && t.kind() == kind;
-        if !(on_cpu(x) && on_cpu(w) && w.is_contiguous() && E::available()) {
+        if !(on_cpu(x) && on_cpu(w) && w.is_contiguous()) {
             return None;
         }
         let (shape, w_shape) = (x.size(), w.size());
@@ -80,6 +80,54 @@ fn few_rows_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
         Kind::Float => run::<f32>(x, w, Kind::Float),
         _ => None,
     }
+}
+
+static LINEAR_MULTIPLY_ADDS: AtomicU64 = AtomicU64::new(0);
+
+/// Multiply-adds of every `linear` product so far, on any device: `bench` divides them by
+/// time to report arithmetic rates.
+pub fn linear_multiply_adds() -> u64 {
+    LINEAR_MULTIPLY_ADDS.load(Ordering::Relaxed)
+}
+
+/// Weight values widened to f32 at a time by [`widened_linear`] (4 MiB of f32).
+const WIDEN_TILE_VALUES: usize = 1 << 20;
+
+/// Whether bf16 GEMMs of many rows go through [`widened_linear`]: on CPUs without
+/// AVX512-BF16 (as the kernel variant in use says), where libtorch's bf16 GEMM takes a path
+/// tens of times slower than its f32 one.
+fn widens_bf16_gemm() -> bool {
+    super::cpu_gemv::Variant::active() != super::cpu_gemv::Variant::Avx512Bf16
+}
+
+/// bf16 `x @ w.T` on the CPU through libtorch's f32 GEMM, which runs at the CPU's FMA rate:
+/// the weight is widened to f32 a tile of rows at a time. The result is what a bf16 GEMM
+/// computes (bf16 products summed in f32, rounded once to bf16), up to summation order.
+fn widened_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
+    let bf16_on_cpu = |t: &tch::Tensor| t.device() == Device::Cpu && t.kind() == Kind::BFloat16;
+    if !(bf16_on_cpu(x) && bf16_on_cpu(w)) {
+        return None;
+    }
+    let &[out, k] = w.size().as_slice() else {
+        return None;
+    };
+    let shape = x.size();
+    if shape.last() != Some(&k) || k == 0 {
+        return None;
+    }
+    let x = x.reshape([-1, k]).to_kind(Kind::Float);
+    let y = tch::Tensor::empty([x.size()[0], out], (Kind::Float, Device::Cpu));
+    let tile = (WIDEN_TILE_VALUES as i64 / k).max(1);
+    let mut start = 0;
+    while start < out {
+        let rows = tile.min(out - start);
+        let w = w.narrow(0, start, rows).to_kind(Kind::Float);
+        y.narrow(1, start, rows).copy_(&x.matmul(&w.tr()));
+        start += rows;
+    }
+    let mut y_shape = shape;
+    *y_shape.last_mut()? = out;
+    Some(y.to_kind(Kind::BFloat16).reshape(y_shape))
 }
 
 impl Tensor for TchTensor {
@@ -122,6 +170,10 @@ impl Tensor for TchTensor {
 
     fn zeros(device: &Device, shape: &[usize], dtype: DType) -> Self {
         Self::wrap(tch::Tensor::zeros(dims(shape), (kind(dtype), *device)))
+    }
+
+    fn is_cpu(device: &Device) -> bool {
+        *device == Device::Cpu
     }
 
     fn shape(&self) -> Vec<usize> {
@@ -198,19 +250,16 @@ impl Tensor for TchTensor {
     }
 
     fn linear(&self, weight: &Self) -> Self {
-        #[cfg(target_arch = "x86_64")]
+        let out = weight.0.size().first().copied().unwrap_or(0);
+        let multiply_adds = self.0.numel() as u64 * out.max(0) as u64;
+        LINEAR_MULTIPLY_ADDS.fetch_add(multiply_adds, Ordering::Relaxed);
         if let Some(y) = few_rows_linear(&self.0, &weight.0) {
             return Self::wrap(y);
         }
-        if std::env::var("DBG_LIN").is_ok() {
-            eprintln!(
-                "fallback linear {:?} {:?} x {:?} {:?} contig {}",
-                self.0.size(),
-                self.0.kind(),
-                weight.0.size(),
-                weight.0.kind(),
-                weight.0.is_contiguous()
-            );
+        if widens_bf16_gemm() {
+            if let Some(y) = widened_linear(&self.0, &weight.0) {
+                return Self::wrap(y);
+            }
         }
         Self::wrap(self.0.linear::<tch::Tensor>(&weight.0, None))
     }
@@ -379,6 +428,29 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The widened bf16 GEMM (prefill on CPUs without AVX512-BF16) agrees with an f64
+    /// product within a bf16 rounding step, for a weight of several tiles and a ragged last one.
+    #[test]
+    fn widened_bf16_gemm_matches_f64_product() {
+        let _guard = tch::no_grad_guard();
+        let k = 1000;
+        let out = 3 * (WIDEN_TILE_VALUES / k) as i64 + 7;
+        let w =
+            tch::Tensor::randn([out, k as i64], (Kind::Float, Device::Cpu)).to_kind(Kind::BFloat16);
+        let x = tch::Tensor::randn([2, 80, k as i64], (Kind::Float, Device::Cpu))
+            .to_kind(Kind::BFloat16);
+        let got = widened_linear(&x, &w).expect("bf16 CPU tensors");
+        assert_eq!(got.size(), vec![2, 80, out]);
+        assert_eq!(got.kind(), Kind::BFloat16);
+        let want = x
+            .to_kind(Kind::Double)
+            .linear::<tch::Tensor>(&w.to_kind(Kind::Double), None);
+        let err = (got.to_kind(Kind::Double) - &want).abs();
+        let worst = (err - (want.abs() / 128.0 + 1e-3)).max().double_value(&[]);
+        assert!(worst <= 0.0, "{worst} beyond a bf16 rounding step");
+        assert!(widened_linear(&x.to_kind(Kind::Float), &w).is_none());
     }
 
     #[test]

@@ -1,0 +1,464 @@
+//! Matrix products of a few rows (a decode step) on the CPU, in bf16 and f32, with one SIMD
+//! variant per kind of x86-64 CPU and a portable one.
+//!
+//! A decode step multiplies a handful of rows (one per stream in the backbone, two per stream
+//! in the flow head's last layer, six in its others) by every weight matrix, so it is bound by
+//! reading the weights. libtorch's bf16 GEMM repacks the weight for each call (oneDNN) or, on
+//! CPUs without AVX512-BF16, falls back to a slow path; this kernel streams each weight row
+//! once and reaches the read bandwidth (docs/performance.md).
+//!
+//! Every output element is summed in the same order whatever the number of rows or threads,
+//! so a request's result does not depend on the batch it runs in (libtorch's GEMMs pick
+//! different kernels for different row counts, which changes the rounding). The order is
+//! fixed per variant: variants differ from each other in the last bits, and one process uses
+//! one variant, chosen once ([`Variant::active`]).
+
+mod openmp;
+mod portable;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use half::bf16;
+use libc::c_void;
+use std::fmt;
+use std::ops::Range;
+use std::sync::OnceLock;
+
+/// Input rows up to which this kernel is used. Above, a product is compute-bound and a
+/// blocked GEMM is the better choice (prefill).
+pub const MAX_ROWS: usize = 64;
+
+/// Weights smaller than this run on the calling thread: splitting costs more than it saves.
+const PARALLEL_MIN_BYTES: usize = 256 << 10;
+
+/// Weight rows per block: four rows share each load of an input.
+const ROW_BLOCK: usize = 4;
+
+/// The most input rows any variant keeps in registers at once (see [`Lanes::INPUTS`]).
+const MAX_INPUT_BLOCK: usize = 6;
+
+/// The most values any variant loads at once (512 bits of bf16).
+const MAX_LANES: usize = 32;
+
+/// The instruction sets the kernel is built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// Plain Rust, eight independent partial sums per output: the reference, and the kernel
+    /// on CPUs that are not x86-64.
+    Portable,
+    /// AVX2 and FMA, 256 bits; bf16 is widened to f32 in registers.
+    Avx2Fma,
+    /// AVX-512F, 512 bits; bf16 is widened to f32 in registers.
+    Avx512F,
+    /// AVX-512F with AVX512-BF16: bf16 pairs through `vdpbf16ps`; f32 as [`Variant::Avx512F`].
+    Avx512Bf16,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 4] = [
+        Variant::Portable,
+        Variant::Avx2Fma,
+        Variant::Avx512F,
+        Variant::Avx512Bf16,
+    ];
+
+    /// The name `VOXTRAL_CPU_KERNEL` takes and `bench` prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Portable => "portable",
+            Variant::Avx2Fma => "avx2",
+            Variant::Avx512F => "avx512f",
+            Variant::Avx512Bf16 => "avx512bf16",
+        }
+    }
+
+    /// The CPU features the variant needs, as `/proc/cpuinfo` names them.
+    pub fn needs(self) -> &'static str {
+        match self {
+            Variant::Portable => "nothing",
+            Variant::Avx2Fma => "avx2 fma",
+            Variant::Avx512F => "avx512f",
+            Variant::Avx512Bf16 => "avx512f avx512_bf16",
+        }
+    }
+
+    /// Whether this CPU has the instructions.
+    pub fn supported(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            match self {
+                Variant::Portable => true,
+                Variant::Avx2Fma => {
+                    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+                }
+                Variant::Avx512F => is_x86_feature_detected!("avx512f"),
+                Variant::Avx512Bf16 => {
+                    is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16")
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            self == Variant::Portable
+        }
+    }
+
+    /// The fastest variant this CPU supports.
+    pub fn best() -> Variant {
+        *Variant::ALL
+            .iter()
+            .rev()
+            .find(|v| v.supported())
+            .unwrap_or(&Variant::Portable)
+    }
+
+    /// The variant this process uses: [`Variant::best`], unless `VOXTRAL_CPU_KERNEL` names
+    /// another that this CPU supports (to compare variants, or to run as a CPU of another
+    /// kind would). Chosen once.
+    pub fn active() -> Variant {
+        static ACTIVE: OnceLock<Variant> = OnceLock::new();
+        *ACTIVE.get_or_init(|| {
+            let best = Variant::best();
+            let Ok(name) = std::env::var("VOXTRAL_CPU_KERNEL") else {
+                return best;
+            };
+            match Variant::ALL.iter().find(|v| v.name() == name) {
+                _ if name == "auto" => best,
+                Some(v) if v.supported() => *v,
+                Some(v) => {
+                    tracing::warn!(requested = name, needs = v.needs(), using = best.name(), "VOXTRAL_CPU_KERNEL: this CPU lacks the instructions");
+                    best
+                }
+                None => {
+                    tracing::warn!(requested = name, using = best.name(), "VOXTRAL_CPU_KERNEL: unknown variant (auto, portable, avx2, avx512f, avx512bf16)");
+                    best
+                }
+            }
+        })
+    }
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An element type the kernel multiplies.
+pub trait Element: Copy + Send + Sync + 'static {
+    const ZERO: Self;
+    /// The finished f32 sum as this type (rounded to nearest even for bf16, as libtorch does).
+    fn from_sum(sum: f32) -> Self;
+    fn to_f32(self) -> f32;
+    /// `variant`'s code for this type.
+    fn runner(variant: Variant) -> Runner<Self>;
+}
+
+/// Computes the outputs of a range of weight rows of a [`Job`]; see [`Job::run`].
+pub type Runner<E> = unsafe fn(&Job<E>, Range<usize>);
+
+impl Element for bf16 {
+    const ZERO: Self = bf16::ZERO;
+
+    fn from_sum(sum: f32) -> Self {
+        bf16::from_f32(sum)
+    }
+
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+
+    fn runner(variant: Variant) -> Runner<Self> {
+        match variant {
+            Variant::Portable => Job::run::<portable::Lanes8<bf16>>,
+            #[cfg(target_arch = "x86_64")]
+            Variant::Avx2Fma => Job::run::<x86::Avx2Bf16>,
+            #[cfg(target_arch = "x86_64")]
+            Variant::Avx512F => Job::run::<x86::Avx512WidenedBf16>,
+            #[cfg(target_arch = "x86_64")]
+            Variant::Avx512Bf16 => Job::run::<x86::Avx512DotBf16>,
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => unreachable!("only the portable variant is supported here"),
+        }
+    }
+}
+
+impl Element for f32 {
+    const ZERO: Self = 0.0;
+
+    fn from_sum(sum: f32) -> Self {
+        sum
+    }
+
+    fn to_f32(self) -> f32 {
+        self
+    }
+
+    fn runner(variant: Variant) -> Runner<Self> {
+        match variant {
+            Variant::Portable => Job::run::<portable::Lanes8<f32>>,
+            #[cfg(target_arch = "x86_64")]
+            Variant::Avx2Fma => Job::run::<x86::Avx2F32>,
+            #[cfg(target_arch = "x86_64")]
+            Variant::Avx512F | Variant::Avx512Bf16 => Job::run::<x86::Avx512F32>,
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => unreachable!("only the portable variant is supported here"),
+        }
+    }
+}
+
+/// How one variant multiplies one element type: `LANES` values load into `Vals`, and products
+/// accumulate into `Acc`, a vector of f32 partial sums added up at the end.
+pub trait Lanes {
+    type E: Element;
+    type Acc: Copy;
+    type Vals: Copy;
+    /// Values of `E` per load.
+    const LANES: usize;
+    /// Input rows per block: that many inputs share each load of a weight row, and
+    /// `ROW_BLOCK x INPUTS` accumulators plus the loaded values fill the vector registers.
+    const INPUTS: usize;
+
+    /// # Safety
+    /// The CPU has the variant's instructions (as every method here).
+    unsafe fn zero() -> Self::Acc;
+    /// # Safety
+    /// As [`Lanes::zero`].
+    unsafe fn zero_vals() -> Self::Vals;
+    /// Loads `LANES` values.
+    ///
+    /// # Safety
+    /// `ptr` points to `LANES` readable values.
+    unsafe fn load(ptr: *const Self::E) -> Self::Vals;
+    /// `acc + w * x`, in a fixed order.
+    ///
+    /// # Safety
+    /// As [`Lanes::zero`].
+    unsafe fn multiply_add(acc: Self::Acc, w: Self::Vals, x: Self::Vals) -> Self::Acc;
+    /// The partial sums added up, in a fixed order.
+    ///
+    /// # Safety
+    /// As [`Lanes::zero`].
+    unsafe fn sum(acc: Self::Acc) -> f32;
+    /// [`dot`] compiled for this variant's instructions.
+    ///
+    /// # Safety
+    /// As [`dot`], and the CPU has the variant's instructions.
+    unsafe fn dot<const R: usize, const M: usize>(
+        w: *const Self::E,
+        x: *const Self::E,
+        k: usize,
+        y: *mut Self::E,
+        y_stride: usize,
+    );
+}
+
+/// `y[m][o] = sum_k x[m][k] * w[o][k]`, accumulated in f32 (what
+/// `torch.nn.functional.linear` computes, up to summation order), with the active variant.
+/// `x` holds `rows * k` values, `w` `out * k`, `y` `rows * out`; `threads` is how many OpenMP
+/// threads to spread the weight rows over.
+///
+/// # Panics
+/// When the lengths disagree or `rows` exceeds [`MAX_ROWS`].
+pub fn linear<E: Element>(x: &[E], w: &[E], k: usize, y: &mut [E], threads: usize) {
+    linear_with(Variant::active(), x, w, k, y, threads)
+}
+
+/// [`linear`] with a given variant.
+///
+/// # Panics
+/// As [`linear`], and when the CPU lacks the variant's instructions.
+pub fn linear_with<E: Element>(
+    variant: Variant,
+    x: &[E],
+    w: &[E],
+    k: usize,
+    y: &mut [E],
+    threads: usize,
+) {
+    assert!(
+        variant.supported(),
+        "this CPU lacks {} for the {variant} kernel",
+        variant.needs()
+    );
+    assert!(
+        k > 0 && x.len().is_multiple_of(k) && w.len().is_multiple_of(k),
+        "shapes disagree"
+    );
+    let (rows, out) = (x.len() / k, w.len() / k);
+    assert!(rows <= MAX_ROWS, "{rows} rows: more than {MAX_ROWS}");
+    assert_eq!(y.len(), rows * out, "output length");
+    let job = Job {
+        x: x.as_ptr(),
+        w: w.as_ptr(),
+        y: y.as_mut_ptr(),
+        k,
+        rows,
+        out,
+        runner: E::runner(variant),
+    };
+    let parallel = threads > 1 && std::mem::size_of_val(w) >= PARALLEL_MIN_BYTES;
+    match openmp::runtime() {
+        Some(omp) if parallel => {
+            // SAFETY: `job` lives until `parallel` returns, and each thread computes a
+            // different range of weight rows (`run_share`), so no output is written twice.
+            unsafe {
+                omp.parallel(
+                    run_share::<E>,
+                    &job as *const Job<E> as *mut c_void,
+                    threads,
+                )
+            }
+        }
+        // SAFETY: the lengths were checked above; `y` is borrowed mutably for the call, and
+        // the variant is supported.
+        _ => unsafe { (job.runner)(&job, 0..out) },
+    }
+}
+
+/// Runs one OpenMP thread's share of a [`Job`]: whole blocks of weight rows, in order of
+/// thread number, so every thread but the last runs full blocks.
+extern "C" fn run_share<E: Element>(job: *mut c_void) {
+    let omp = openmp::runtime().expect("called from an OpenMP parallel region");
+    // SAFETY: `linear_with` passes a `Job<E>` that outlives the parallel region.
+    let job = unsafe { &*(job as *const Job<E>) };
+    let (thread, threads) = omp.thread();
+    let per_thread = job.out.div_ceil(threads).div_ceil(ROW_BLOCK) * ROW_BLOCK;
+    let start = (thread * per_thread).min(job.out);
+    let end = (start + per_thread).min(job.out);
+    // SAFETY: the ranges of different threads are disjoint and within `0..out`.
+    unsafe { (job.runner)(job, start..end) };
+}
+
+/// One product, shared by the threads that compute it.
+pub struct Job<E> {
+    x: *const E,
+    w: *const E,
+    y: *mut E,
+    k: usize,
+    rows: usize,
+    out: usize,
+    runner: Runner<E>,
+}
+
+impl<E: Element> Job<E> {
+    /// Computes the outputs of weight rows `range` for every input row with `L`.
+    ///
+    /// # Safety
+    /// The pointers cover the lengths `linear_with` checked, `range` lies within `0..out`, no
+    /// other thread writes the same outputs, and the CPU has `L`'s instructions.
+    unsafe fn run<L: Lanes<E = E>>(&self, range: Range<usize>) {
+        let (k, out) = (self.k, self.out);
+        let mut o = range.start;
+        while o < range.end {
+            let w = self.w.add(o * k);
+            let full = range.end - o >= ROW_BLOCK;
+            let mut m = 0;
+            while m < self.rows {
+                let inputs = (self.rows - m).min(L::INPUTS).min(MAX_INPUT_BLOCK);
+                let (x, y) = (self.x.add(m * k), self.y.add(m * out + o));
+                macro_rules! dot {
+                    ($($n:literal)*) => {
+                        match (full, inputs) {
+                            $((true, $n) => L::dot::<ROW_BLOCK, $n>(w, x, k, y, out),)*
+                            $((false, $n) => L::dot::<1, $n>(w, x, k, y, out),)*
+                            _ => unreachable!("1 to MAX_INPUT_BLOCK inputs"),
+                        }
+                    };
+                }
+                dot!(1 2 3 4 5 6);
+                m += inputs;
+            }
+            o += if full { ROW_BLOCK } else { 1 };
+        }
+    }
+}
+
+/// Dot products of `R` weight rows (stride `k`) with `M` input rows (stride `k`), written to
+/// `y[m * y_stride + r]`: `L::LANES` values per step, the tail from a zero-padded copy; each
+/// accumulator's partial sums are added up at the end. Inlined into each variant's
+/// [`Lanes::dot`], which enables that variant's instructions.
+#[inline(always)]
+unsafe fn dot<L: Lanes, const R: usize, const M: usize>(
+    w: *const L::E,
+    x: *const L::E,
+    k: usize,
+    y: *mut L::E,
+    y_stride: usize,
+) {
+    let mut acc = [[L::zero(); M]; R];
+    let mut inputs = [L::zero_vals(); M];
+    let mut c = 0;
+    while c + L::LANES <= k {
+        for (m, input) in inputs.iter_mut().enumerate() {
+            *input = L::load(x.add(m * k + c));
+        }
+        for (r, row) in acc.iter_mut().enumerate() {
+            let weights = L::load(w.add(r * k + c));
+            for (sum, input) in row.iter_mut().zip(&inputs) {
+                *sum = L::multiply_add(*sum, weights, *input);
+            }
+        }
+        c += L::LANES;
+    }
+    if c < k {
+        let tail = k - c;
+        let padded = |p: *const L::E| {
+            let mut buf = [L::E::ZERO; MAX_LANES];
+            std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), tail);
+            buf
+        };
+        for (m, input) in inputs.iter_mut().enumerate() {
+            *input = L::load(padded(x.add(m * k + c)).as_ptr());
+        }
+        for (r, row) in acc.iter_mut().enumerate() {
+            let weights = L::load(padded(w.add(r * k + c)).as_ptr());
+            for (sum, input) in row.iter_mut().zip(&inputs) {
+                *sum = L::multiply_add(*sum, weights, *input);
+            }
+        }
+    }
+    for (r, row) in acc.iter().enumerate() {
+        for (m, sum) in row.iter().enumerate() {
+            *y.add(m * y_stride + r) = L::E::from_sum(L::sum(*sum));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+/// The CPU's f32 FMA rate with `variant`'s vector width on `threads` threads, in
+/// floating-point operations per second (a multiply-add counts two): the best of 3 runs of a
+/// loop of independent FMAs. `None` for the portable variant, whose width is the compiler's.
+pub fn peak_f32_flops(variant: Variant, threads: usize) -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (lanes, run): (usize, unsafe fn(usize) -> f32) = match variant {
+            Variant::Portable => return None,
+            Variant::Avx2Fma => (8, x86::fma_loop_256),
+            Variant::Avx512F | Variant::Avx512Bf16 => (16, x86::fma_loop_512),
+        };
+        assert!(variant.supported(), "this CPU lacks {}", variant.needs());
+        let iterations = 20_000_000;
+        let best = (0..3)
+            .map(|_| {
+                let started = std::time::Instant::now();
+                std::thread::scope(|s| {
+                    for _ in 0..threads.max(1) {
+                        // SAFETY: the variant's instructions are supported (asserted above).
+                        s.spawn(|| std::hint::black_box(unsafe { run(iterations) }));
+                    }
+                });
+                started.elapsed()
+            })
+            .min()?;
+        let operations = 2 * threads.max(1) * iterations * x86::fma_per_iteration(lanes);
+        Some(operations as f64 / best.as_secs_f64())
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (variant, threads);
+        None
+    }
+}
