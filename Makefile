@@ -4,7 +4,7 @@ ENV := eval "$$(scripts/setup.sh --env)" &&
 # Building and serving need only libtorch and cmake, not the tests' browser and SDK.
 BUILD_ENV := eval "$$(scripts/setup.sh --build-only --env)" &&
 
-.PHONY: setup build serve test lint bench bench-load soak test-mlx fuzz
+.PHONY: setup build serve test test-avx2 test-aarch64 lint bench bench-load soak test-mlx fuzz
 
 setup:
 	@scripts/setup.sh
@@ -17,9 +17,22 @@ serve:
 	@[[ -n "$(MODEL)" ]] || { echo "usage: make serve MODEL=/path/to/model [ARGS='--port 8000']" >&2; exit 2; }
 	$(BUILD_ENV) cargo run --release -- serve --model "$(MODEL)" $(ARGS)
 
-# Benches are compiled (not run) first, so the run ends on cargo test's summary.
+# Benches are compiled (not run) first, and the AVX2 run comes before the whole suite, so
+# the run ends on cargo test's summary.
 test:
-	$(ENV) scripts/lint-docker.sh && cargo test --benches --no-run && cargo test --lib --bins --tests
+	$(ENV) scripts/lint-docker.sh && cargo test --benches --no-run && \
+	  $(AS_AVX2) cargo test --test batching --test parity && cargo test --lib --bins --tests
+
+# The tests that depend on the CPU's instructions (kernel variant, libtorch's and oneDNN's code
+# paths), run as on a CPU with AVX2 and FMA but no AVX-512, whatever this CPU has: batched
+# equals alone, and parity with the reference. `make test` runs them too.
+AS_AVX2 := VOXTRAL_CPU_KERNEL=avx2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
+test-avx2:
+	$(ENV) $(AS_AVX2) cargo test --test batching --test parity
+
+# The CPU kernel's tests cross-compiled for aarch64 and run under qemu (the portable variant).
+test-aarch64:
+	scripts/test-aarch64.sh
 
 lint:
 	$(ENV) cargo fmt --all -- --check && cargo clippy --all-targets -- -D warnings

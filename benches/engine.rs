@@ -64,11 +64,13 @@ fn frames(c: &mut Criterion) {
 }
 
 /// The seven weight matrices of one full-size backbone layer (233 MB in bf16, far beyond the
-/// caches), times 1 row (one stream) and 6 rows (the flow head's rows for one stream): the
-/// `TchTensor::linear` path (the bf16 kernel on a CPU with AVX512-BF16) against libtorch's own
-/// `linear`. Throughput is in weight bytes read per second.
+/// caches), times 1 row (one stream) and 6 rows (the flow head's rows for one stream): each
+/// kernel variant this CPU supports, `TchTensor::linear` (the active variant) and libtorch's
+/// own `linear`. Throughput is in weight bytes read per second.
 fn layer_products(c: &mut Criterion) {
     use criterion::Throughput;
+    use half::bf16;
+    use voxtral_tts::tensor::cpu_gemv::{linear_with, Variant};
     use voxtral_tts::tensor::Tensor;
     let _guard = tch::no_grad_guard();
     let (dim, hidden, q, kv) = (3072, 9216, 4096, 1024);
@@ -81,29 +83,38 @@ fn layer_products(c: &mut Criterion) {
         (hidden, dim),
         (dim, hidden),
     ];
-    let weights: Vec<TchTensor> = shapes
-        .iter()
-        .map(|&(out, inp)| {
-            TchTensor(tch::Tensor::randn(
-                [out, inp],
-                (tch::Kind::BFloat16, tch::Device::Cpu),
-            ))
-        })
-        .collect();
+    let random = |rows: usize, cols: usize| {
+        TchTensor(tch::Tensor::randn(
+            [rows as i64, cols as i64],
+            (tch::Kind::BFloat16, tch::Device::Cpu),
+        ))
+    };
+    // SAFETY: a contiguous bf16 CPU tensor of `numel` values, alive while the slice is used.
+    let values = |t: &TchTensor| unsafe {
+        std::slice::from_raw_parts(t.0.data_ptr() as *const bf16, t.0.numel())
+    };
+    let weights: Vec<TchTensor> = shapes.iter().map(|&(o, i)| random(o, i)).collect();
     let bytes: u64 = shapes.iter().map(|&(o, i)| (o * i * 2) as u64).sum();
+    let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
     let mut group = c.benchmark_group("full-size layer bf16 products");
     group.throughput(Throughput::Bytes(bytes));
-    group.sample_size(20);
+    group.sample_size(10);
     for rows in [1, 6] {
-        let inputs: Vec<TchTensor> = shapes
-            .iter()
-            .map(|&(_, inp)| {
-                TchTensor(tch::Tensor::randn(
-                    [rows, inp],
-                    (tch::Kind::BFloat16, tch::Device::Cpu),
-                ))
-            })
-            .collect();
+        let inputs: Vec<TchTensor> = shapes.iter().map(|&(_, i)| random(rows, i)).collect();
+        for variant in Variant::ALL.into_iter().filter(|v| v.supported()) {
+            let mut outputs: Vec<Vec<bf16>> = shapes
+                .iter()
+                .map(|&(o, _)| vec![bf16::ZERO; rows * o])
+                .collect();
+            group.bench_function(format!("{rows} rows/{variant} kernel"), |b| {
+                b.iter(|| {
+                    for ((x, w), y) in inputs.iter().zip(&weights).zip(&mut outputs) {
+                        let k = x.0.size()[1] as usize;
+                        linear_with(variant, values(x), values(w), k, y, threads);
+                    }
+                })
+            });
+        }
         group.bench_function(format!("{rows} rows/TchTensor::linear"), |b| {
             b.iter(|| {
                 for (x, w) in inputs.iter().zip(&weights) {

@@ -315,3 +315,21 @@ fn streamed_jobs_get_doubling_chunks_and_others_one_decode_per_segment() {
         .fold(0.0f32, f32::max);
     assert!(worst < 1e-4, "chunked vs one-shot decode: {worst}");
 }
+
+/// The batching tests run with the variant `VOXTRAL_CPU_KERNEL` names (make test runs them
+/// once as on an AVX2-only CPU): check that the name took effect.
+#[test]
+fn the_kernel_variant_follows_voxtral_cpu_kernel() {
+    use voxtral_tts::tensor::cpu_gemv::Variant;
+    let active = Variant::active();
+    eprintln!(
+        "kernel variant: {active} (best on this CPU: {})",
+        Variant::best()
+    );
+    if let Ok(name) = std::env::var("VOXTRAL_CPU_KERNEL") {
+        let requested = Variant::ALL.iter().find(|v| v.name() == name);
+        if let Some(v) = requested.filter(|v| v.supported()) {
+            assert_eq!(active, *v);
+        }
+    }
+}

@@ -8,6 +8,7 @@ use super::queue::JobQueue;
 use crate::audio;
 use crate::device::{Backend, DeviceChoice};
 use crate::model::{Generation, Voxtral};
+use crate::tensor::cpu_gemv::Variant;
 #[cfg(feature = "mlx")]
 use crate::tensor::mlx_backend::MlxTensor;
 use crate::tensor::tch_backend::TchTensor;
@@ -180,9 +181,19 @@ fn load<T: Tensor>(
     let info = ModelInfo {
         voices: model.voices().map(String::from).collect(),
         sample_rate: model.sample_rate(),
-        device: format!("{} {device:?}", T::BACKEND),
+        device: describe_device::<T>(device),
     };
     Ok((model, info))
+}
+
+/// The backend and device, and on a libtorch CPU the kernel variant of its decode products.
+fn describe_device<T: Tensor>(device: &T::Device) -> String {
+    let kernel = if T::BACKEND == TchTensor::BACKEND && T::is_cpu(device) {
+        format!(" ({} kernel)", Variant::active())
+    } else {
+        String::new()
+    };
+    format!("{} {device:?}{kernel}", T::BACKEND)
 }
 
 /// The continuous-batching loop: every step advances all running jobs by one frame together;
