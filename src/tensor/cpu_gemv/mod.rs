@@ -151,11 +151,25 @@ pub trait Element: Copy + Send + Sync + 'static {
     fn from_sum(sum: f32) -> Self;
     fn to_f32(self) -> f32;
     /// `variant`'s code for this type.
-    fn runner(variant: Variant) -> Runner<Self>;
+    fn kernel(variant: Variant) -> Kernel<Self>;
 }
 
-/// Computes the outputs of a range of weight rows of a [`Job`]; see [`Job::run`].
-pub type Runner<E> = unsafe fn(&Job<E>, Range<usize>);
+/// One variant's code for one element type.
+pub struct Kernel<E> {
+    /// Computes the outputs of a range of weight rows of a [`Job`]; see [`Job::run`].
+    run: unsafe fn(&Job<E>, Range<usize>),
+    /// `Some(lanes)` when the variant reads its inputs widened by [`widen_inputs`].
+    widened_lanes: Option<usize>,
+}
+
+impl<E: Element> Kernel<E> {
+    fn of<L: Lanes<E = E>>() -> Self {
+        Kernel {
+            run: Job::run::<L>,
+            widened_lanes: L::WIDENED.then_some(L::LANES),
+        }
+    }
+}
 
 impl Element for bf16 {
     const ZERO: Self = bf16::ZERO;
@@ -168,15 +182,15 @@ impl Element for bf16 {
         bf16::to_f32(self)
     }
 
-    fn runner(variant: Variant) -> Runner<Self> {
+    fn kernel(variant: Variant) -> Kernel<Self> {
         match variant {
-            Variant::Portable => Job::run::<portable::Lanes8<bf16>>,
+            Variant::Portable => Kernel::of::<portable::Lanes8<bf16>>(),
             #[cfg(target_arch = "x86_64")]
-            Variant::Avx2Fma => Job::run::<x86::Avx2Bf16>,
+            Variant::Avx2Fma => Kernel::of::<x86::Avx2Bf16>(),
             #[cfg(target_arch = "x86_64")]
-            Variant::Avx512F => Job::run::<x86::Avx512WidenedBf16>,
+            Variant::Avx512F => Kernel::of::<x86::Avx512WidenedBf16>(),
             #[cfg(target_arch = "x86_64")]
-            Variant::Avx512Bf16 => Job::run::<x86::Avx512DotBf16>,
+            Variant::Avx512Bf16 => Kernel::of::<x86::Avx512DotBf16>(),
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("only the portable variant is supported here"),
         }
@@ -194,13 +208,13 @@ impl Element for f32 {
         self
     }
 
-    fn runner(variant: Variant) -> Runner<Self> {
+    fn kernel(variant: Variant) -> Kernel<Self> {
         match variant {
-            Variant::Portable => Job::run::<portable::Lanes8<f32>>,
+            Variant::Portable => Kernel::of::<portable::Lanes8<f32>>(),
             #[cfg(target_arch = "x86_64")]
-            Variant::Avx2Fma => Job::run::<x86::Avx2F32>,
+            Variant::Avx2Fma => Kernel::of::<x86::Avx2F32>(),
             #[cfg(target_arch = "x86_64")]
-            Variant::Avx512F | Variant::Avx512Bf16 => Job::run::<x86::Avx512F32>,
+            Variant::Avx512F | Variant::Avx512Bf16 => Kernel::of::<x86::Avx512F32>(),
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("only the portable variant is supported here"),
         }
@@ -211,8 +225,13 @@ impl Element for f32 {
 /// accumulate into `Acc`, a vector of f32 partial sums added up at the end.
 pub trait Lanes {
     type E: Element;
+    /// The inputs as the variant reads them: `E`, or f32 when `WIDENED`.
+    type X: Element;
     type Acc: Copy;
     type Vals: Copy;
+    /// Whether the inputs are widened to f32 once per product ([`widen_inputs`]) rather than
+    /// in registers for every block of weight rows.
+    const WIDENED: bool = false;
     /// Values of `E` per load.
     const LANES: usize;
     /// Input rows per block: that many inputs share each load of a weight row, and
@@ -225,11 +244,16 @@ pub trait Lanes {
     /// # Safety
     /// As [`Lanes::zero`].
     unsafe fn zero_vals() -> Self::Vals;
-    /// Loads `LANES` values.
+    /// Loads `LANES` weights.
     ///
     /// # Safety
     /// `ptr` points to `LANES` readable values.
     unsafe fn load(ptr: *const Self::E) -> Self::Vals;
+    /// Loads `LANES` inputs.
+    ///
+    /// # Safety
+    /// `ptr` points to `LANES` readable values.
+    unsafe fn load_input(ptr: *const Self::X) -> Self::Vals;
     /// `acc + w * x`, in a fixed order.
     ///
     /// # Safety
@@ -246,11 +270,29 @@ pub trait Lanes {
     /// As [`dot`], and the CPU has the variant's instructions.
     unsafe fn dot<const R: usize, const M: usize>(
         w: *const Self::E,
-        x: *const Self::E,
+        x: *const Self::X,
+        x_stride: usize,
         k: usize,
         y: *mut Self::E,
         y_stride: usize,
     );
+}
+
+/// The inputs widened to f32 for a variant with `WIDENED` inputs of `lanes` values per load:
+/// each row padded with zeros to whole loads, and within each load the even-numbered values
+/// first, then the odd ones, as the variant splits its weights. Returns the values and the
+/// row stride.
+fn widen_inputs<E: Element>(x: &[E], k: usize, lanes: usize) -> (Vec<f32>, usize) {
+    let stride = k.div_ceil(lanes) * lanes;
+    let half = lanes / 2;
+    let mut out = vec![0.0; x.len() / k * stride];
+    for (row, widened) in x.chunks_exact(k).zip(out.chunks_exact_mut(stride)) {
+        for (i, v) in row.iter().enumerate() {
+            let (block, at) = (i / lanes * lanes, i % lanes);
+            widened[block + at / 2 + (at % 2) * half] = v.to_f32();
+        }
+    }
+    (out, stride)
 }
 
 /// `y[m][o] = sum_k x[m][k] * w[o][k]`, accumulated in f32 (what
@@ -288,14 +330,21 @@ pub fn linear_with<E: Element>(
     let (rows, out) = (x.len() / k, w.len() / k);
     assert!(rows <= MAX_ROWS, "{rows} rows: more than {MAX_ROWS}");
     assert_eq!(y.len(), rows * out, "output length");
+    let kernel = E::kernel(variant);
+    let widened = kernel.widened_lanes.map(|lanes| widen_inputs(x, k, lanes));
+    let (x_ptr, x_stride) = match &widened {
+        Some((values, stride)) => (values.as_ptr().cast::<u8>(), *stride),
+        None => (x.as_ptr().cast::<u8>(), k),
+    };
     let job = Job {
-        x: x.as_ptr(),
+        x: x_ptr,
+        x_stride,
         w: w.as_ptr(),
         y: y.as_mut_ptr(),
         k,
         rows,
         out,
-        runner: E::runner(variant),
+        run: kernel.run,
     };
     let parallel = threads > 1 && std::mem::size_of_val(w) >= PARALLEL_MIN_BYTES;
     match openmp::runtime() {
@@ -312,7 +361,7 @@ pub fn linear_with<E: Element>(
         }
         // SAFETY: the lengths were checked above; `y` is borrowed mutably for the call, and
         // the variant is supported.
-        _ => unsafe { (job.runner)(&job, 0..out) },
+        _ => unsafe { (job.run)(&job, 0..out) },
     }
 }
 
@@ -327,28 +376,32 @@ extern "C" fn run_share<E: Element>(job: *mut c_void) {
     let start = (thread * per_thread).min(job.out);
     let end = (start + per_thread).min(job.out);
     // SAFETY: the ranges of different threads are disjoint and within `0..out`.
-    unsafe { (job.runner)(job, start..end) };
+    unsafe { (job.run)(job, start..end) };
 }
 
 /// One product, shared by the threads that compute it.
 pub struct Job<E> {
-    x: *const E,
+    /// The inputs as the kernel reads them: `E`, or f32 widened ([`Lanes::X`]).
+    x: *const u8,
+    x_stride: usize,
     w: *const E,
     y: *mut E,
     k: usize,
     rows: usize,
     out: usize,
-    runner: Runner<E>,
+    run: unsafe fn(&Job<E>, Range<usize>),
 }
 
 impl<E: Element> Job<E> {
     /// Computes the outputs of weight rows `range` for every input row with `L`.
     ///
     /// # Safety
-    /// The pointers cover the lengths `linear_with` checked, `range` lies within `0..out`, no
-    /// other thread writes the same outputs, and the CPU has `L`'s instructions.
+    /// The pointers cover the lengths `linear_with` checked, `x` is in `L`'s input layout,
+    /// `range` lies within `0..out`, no other thread writes the same outputs, and the CPU has
+    /// `L`'s instructions.
     unsafe fn run<L: Lanes<E = E>>(&self, range: Range<usize>) {
-        let (k, out) = (self.k, self.out);
+        let (k, out, x_stride) = (self.k, self.out, self.x_stride);
+        let inputs_base = self.x.cast::<L::X>();
         let mut o = range.start;
         while o < range.end {
             let w = self.w.add(o * k);
@@ -356,12 +409,12 @@ impl<E: Element> Job<E> {
             let mut m = 0;
             while m < self.rows {
                 let inputs = (self.rows - m).min(L::INPUTS).min(MAX_INPUT_BLOCK);
-                let (x, y) = (self.x.add(m * k), self.y.add(m * out + o));
+                let (x, y) = (inputs_base.add(m * x_stride), self.y.add(m * out + o));
                 macro_rules! dot {
                     ($($n:literal)*) => {
                         match (full, inputs) {
-                            $((true, $n) => L::dot::<ROW_BLOCK, $n>(w, x, k, y, out),)*
-                            $((false, $n) => L::dot::<1, $n>(w, x, k, y, out),)*
+                            $((true, $n) => L::dot::<ROW_BLOCK, $n>(w, x, x_stride, k, y, out),)*
+                            $((false, $n) => L::dot::<1, $n>(w, x, x_stride, k, y, out),)*
                             _ => unreachable!("1 to MAX_INPUT_BLOCK inputs"),
                         }
                     };
@@ -374,14 +427,16 @@ impl<E: Element> Job<E> {
     }
 }
 
-/// Dot products of `R` weight rows (stride `k`) with `M` input rows (stride `k`), written to
-/// `y[m * y_stride + r]`: `L::LANES` values per step, the tail from a zero-padded copy; each
-/// accumulator's partial sums are added up at the end. Inlined into each variant's
-/// [`Lanes::dot`], which enables that variant's instructions.
+/// Dot products of `R` weight rows (stride `k`) with `M` input rows (stride `x_stride`),
+/// written to `y[m * y_stride + r]`: `L::LANES` values per step; the weights' tail from a
+/// zero-padded copy, the inputs' too unless widened (already padded). Each accumulator's
+/// partial sums are added up at the end. Inlined into each variant's [`Lanes::dot`], which
+/// enables that variant's instructions.
 #[inline(always)]
 unsafe fn dot<L: Lanes, const R: usize, const M: usize>(
     w: *const L::E,
-    x: *const L::E,
+    x: *const L::X,
+    x_stride: usize,
     k: usize,
     y: *mut L::E,
     y_stride: usize,
@@ -391,7 +446,7 @@ unsafe fn dot<L: Lanes, const R: usize, const M: usize>(
     let mut c = 0;
     while c + L::LANES <= k {
         for (m, input) in inputs.iter_mut().enumerate() {
-            *input = L::load(x.add(m * k + c));
+            *input = L::load_input(x.add(m * x_stride + c));
         }
         for (r, row) in acc.iter_mut().enumerate() {
             let weights = L::load(w.add(r * k + c));
@@ -403,16 +458,16 @@ unsafe fn dot<L: Lanes, const R: usize, const M: usize>(
     }
     if c < k {
         let tail = k - c;
-        let padded = |p: *const L::E| {
-            let mut buf = [L::E::ZERO; MAX_LANES];
-            std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), tail);
-            buf
-        };
         for (m, input) in inputs.iter_mut().enumerate() {
-            *input = L::load(padded(x.add(m * k + c)).as_ptr());
+            let at = x.add(m * x_stride + c);
+            *input = if L::WIDENED {
+                L::load_input(at)
+            } else {
+                L::load_input(padded(at, tail).as_ptr())
+            };
         }
         for (r, row) in acc.iter_mut().enumerate() {
-            let weights = L::load(padded(w.add(r * k + c)).as_ptr());
+            let weights = L::load(padded(w.add(r * k + c), tail).as_ptr());
             for (sum, input) in row.iter_mut().zip(&inputs) {
                 *sum = L::multiply_add(*sum, weights, *input);
             }
@@ -423,6 +478,14 @@ unsafe fn dot<L: Lanes, const R: usize, const M: usize>(
             *y.add(m * y_stride + r) = L::E::from_sum(L::sum(*sum));
         }
     }
+}
+
+/// `n < MAX_LANES` values from `p`, then zeros, which add nothing to a dot product.
+#[inline(always)]
+unsafe fn padded<V: Element>(p: *const V, n: usize) -> [V; MAX_LANES] {
+    let mut buf = [V::ZERO; MAX_LANES];
+    std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), n);
+    buf
 }
 
 #[cfg(test)]

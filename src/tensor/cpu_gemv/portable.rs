@@ -9,6 +9,7 @@ pub struct Lanes8<E>(PhantomData<E>);
 
 impl<E: Element> Lanes for Lanes8<E> {
     type E = E;
+    type X = E;
     type Acc = [f32; 8];
     type Vals = [f32; 8];
     const LANES: usize = 8;
@@ -30,6 +31,11 @@ impl<E: Element> Lanes for Lanes8<E> {
     }
 
     #[inline(always)]
+    unsafe fn load_input(ptr: *const E) -> Self::Vals {
+        Self::load(ptr)
+    }
+
+    #[inline(always)]
     unsafe fn multiply_add(acc: Self::Acc, w: Self::Vals, x: Self::Vals) -> Self::Acc {
         std::array::from_fn(|i| acc[i] + w[i] * x[i])
     }
@@ -42,10 +48,11 @@ impl<E: Element> Lanes for Lanes8<E> {
     unsafe fn dot<const R: usize, const M: usize>(
         w: *const E,
         x: *const E,
+        x_stride: usize,
         k: usize,
         y: *mut E,
         y_stride: usize,
     ) {
-        dot::<Self, R, M>(w, x, k, y, y_stride)
+        dot::<Self, R, M>(w, x, x_stride, k, y, y_stride)
     }
 }

@@ -3,7 +3,10 @@
 //!
 //! bf16 without AVX512-BF16 is widened in registers: a bf16 is the top half of an f32, so the
 //! even values of a 32-bit lane pair become f32 by a left shift and the odd ones by masking off
-//! the low half. Each lane then takes two FMAs per pair, as `vdpbf16ps` does in one.
+//! the low half. Each lane then takes two FMAs per pair, as `vdpbf16ps` does in one. Only the
+//! weights are split in the loop: the few input rows are widened once per product, in the same
+//! even-then-odd order (`widen_inputs`), which leaves the loop two integer operations per
+//! weight load instead of two per weight and input load.
 
 use super::{dot, Lanes};
 use half::bf16;
@@ -14,12 +17,13 @@ macro_rules! dot_with_features {
         #[target_feature(enable = $features)]
         unsafe fn dot<const R: usize, const M: usize>(
             w: *const Self::E,
-            x: *const Self::E,
+            x: *const Self::X,
+            x_stride: usize,
             k: usize,
             y: *mut Self::E,
             y_stride: usize,
         ) {
-            dot::<Self, R, M>(w, x, k, y, y_stride)
+            dot::<Self, R, M>(w, x, x_stride, k, y, y_stride)
         }
     };
 }
@@ -37,6 +41,7 @@ pub struct Avx2F32;
 
 impl Lanes for Avx2F32 {
     type E = f32;
+    type X = f32;
     type Acc = __m256;
     type Vals = __m256;
     const LANES: usize = 8;
@@ -58,6 +63,11 @@ impl Lanes for Avx2F32 {
     }
 
     #[inline(always)]
+    unsafe fn load_input(ptr: *const f32) -> __m256 {
+        _mm256_loadu_ps(ptr)
+    }
+
+    #[inline(always)]
     unsafe fn multiply_add(acc: __m256, w: __m256, x: __m256) -> __m256 {
         _mm256_fmadd_ps(w, x, acc)
     }
@@ -70,13 +80,16 @@ impl Lanes for Avx2F32 {
     dot_with_features!("avx2,fma");
 }
 
-/// AVX2 + FMA, bf16 widened: each load of 16 values is an (even, odd) pair of 8 f32.
+/// AVX2 + FMA, bf16 widened: each load of 16 weights is an (even, odd) pair of 8 f32; 4 x 2
+/// accumulators, 4 input and 2 weight registers.
 pub struct Avx2Bf16;
 
 impl Lanes for Avx2Bf16 {
     type E = bf16;
+    type X = f32;
     type Acc = __m256;
     type Vals = (__m256, __m256);
+    const WIDENED: bool = true;
     const LANES: usize = 16;
     const INPUTS: usize = 2;
 
@@ -99,6 +112,11 @@ impl Lanes for Avx2Bf16 {
     }
 
     #[inline(always)]
+    unsafe fn load_input(ptr: *const f32) -> (__m256, __m256) {
+        (_mm256_loadu_ps(ptr), _mm256_loadu_ps(ptr.add(8)))
+    }
+
+    #[inline(always)]
     unsafe fn multiply_add(acc: __m256, w: (__m256, __m256), x: (__m256, __m256)) -> __m256 {
         _mm256_fmadd_ps(w.1, x.1, _mm256_fmadd_ps(w.0, x.0, acc))
     }
@@ -116,6 +134,7 @@ pub struct Avx512F32;
 
 impl Lanes for Avx512F32 {
     type E = f32;
+    type X = f32;
     type Acc = __m512;
     type Vals = __m512;
     const LANES: usize = 16;
@@ -137,6 +156,11 @@ impl Lanes for Avx512F32 {
     }
 
     #[inline(always)]
+    unsafe fn load_input(ptr: *const f32) -> __m512 {
+        _mm512_loadu_ps(ptr)
+    }
+
+    #[inline(always)]
     unsafe fn multiply_add(acc: __m512, w: __m512, x: __m512) -> __m512 {
         _mm512_fmadd_ps(w, x, acc)
     }
@@ -154,8 +178,10 @@ pub struct Avx512WidenedBf16;
 
 impl Lanes for Avx512WidenedBf16 {
     type E = bf16;
+    type X = f32;
     type Acc = __m512;
     type Vals = (__m512, __m512);
+    const WIDENED: bool = true;
     const LANES: usize = 32;
     const INPUTS: usize = 4;
 
@@ -178,6 +204,11 @@ impl Lanes for Avx512WidenedBf16 {
     }
 
     #[inline(always)]
+    unsafe fn load_input(ptr: *const f32) -> (__m512, __m512) {
+        (_mm512_loadu_ps(ptr), _mm512_loadu_ps(ptr.add(16)))
+    }
+
+    #[inline(always)]
     unsafe fn multiply_add(acc: __m512, w: (__m512, __m512), x: (__m512, __m512)) -> __m512 {
         _mm512_fmadd_ps(w.1, x.1, _mm512_fmadd_ps(w.0, x.0, acc))
     }
@@ -195,6 +226,7 @@ pub struct Avx512DotBf16;
 
 impl Lanes for Avx512DotBf16 {
     type E = bf16;
+    type X = bf16;
     type Acc = __m512;
     type Vals = __m512i;
     const LANES: usize = 32;
@@ -213,6 +245,11 @@ impl Lanes for Avx512DotBf16 {
     #[inline(always)]
     unsafe fn load(ptr: *const bf16) -> __m512i {
         _mm512_loadu_si512(ptr.cast())
+    }
+
+    #[inline(always)]
+    unsafe fn load_input(ptr: *const bf16) -> __m512i {
+        Self::load(ptr)
     }
 
     #[inline(always)]
