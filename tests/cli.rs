@@ -181,3 +181,33 @@ fn make_test_model_is_deterministic_per_seed() {
         read(&c, "consolidated.safetensors")
     );
 }
+
+/// `bench` says which kernel variant runs and what the CPU's FMA peak is, and reports the
+/// arithmetic rate of prefill and of batched steps against it.
+#[test]
+fn bench_names_the_kernel_variant_and_measures_the_fma_peak() {
+    let out = run_ok(cli().args([
+        "bench",
+        "--model",
+        &model(),
+        "--frames",
+        "2",
+        "--threads",
+        "1",
+        "--batch",
+        "1,2",
+    ]));
+    let line = |start: &str| {
+        out.lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no {start} line in:\n{out}"))
+            .to_string()
+    };
+    let active = voxtral_tts::tensor::cpu_gemv::Variant::active();
+    assert!(line("kernel").contains(active.name()), "{out}");
+    if active != voxtral_tts::tensor::cpu_gemv::Variant::Portable {
+        assert!(line("peak").contains("GFLOP/s f32 FMA"), "{out}");
+        assert!(line("prefill").contains("of the f32 FMA peak"), "{out}");
+        assert!(line("batch   2").contains("of the f32 FMA peak"), "{out}");
+    }
+}
