@@ -10,6 +10,7 @@
 //! input, never panic, and have no length limit of their own: the request size cap is
 //! enforced by the server, and raising it needs nothing here.
 
+mod chars;
 pub mod normalize;
 pub mod split;
 

@@ -15,6 +15,7 @@
 //! Every pass is linear in the input (no backtracking regex, no quadratic scans), works
 //! on any `&str` and never panics.
 
+use super::chars::{is_closer, is_nospace_script, is_sentence_terminal_char};
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -982,57 +983,6 @@ fn url_host(url: &str) -> String {
 // Pass 4: line breaks
 // ---------------------------------------------------------------------------------------
 
-/// Closing quotes and brackets that may follow sentence-final punctuation.
-pub(crate) fn is_closer(c: char) -> bool {
-    matches!(
-        c,
-        '"' | '\''
-            | '”'
-            | '’'
-            | '»'
-            | '›'
-            | ')'
-            | ']'
-            | '}'
-            | '」'
-            | '』'
-            | '）'
-            | '】'
-            | '〕'
-            | '〉'
-            | '》'
-            | '〗'
-            | '〙'
-            | '〛'
-            | '｣'
-            | '＂'
-            | '＇'
-            | '］'
-            | '｝'
-    )
-}
-
-/// Scripts written without spaces between words (CJK ideographs, kana, Thai, Lao,
-/// Khmer, Myanmar, Tibetan) and CJK punctuation / fullwidth forms.
-pub(crate) fn is_nospace_script(c: char) -> bool {
-    matches!(c,
-        '\u{0E00}'..='\u{0EFF}'      // Thai, Lao
-        | '\u{0F00}'..='\u{0FFF}'    // Tibetan
-        | '\u{1000}'..='\u{109F}'    // Myanmar
-        | '\u{1780}'..='\u{17FF}'    // Khmer
-        | '\u{2E80}'..='\u{2FDF}'    // CJK radicals
-        | '\u{3000}'..='\u{30FF}'    // CJK punctuation, Hiragana, Katakana
-        | '\u{3100}'..='\u{312F}'    // Bopomofo
-        | '\u{31F0}'..='\u{31FF}'    // Katakana extensions
-        | '\u{3400}'..='\u{4DBF}'    // CJK extension A
-        | '\u{4E00}'..='\u{9FFF}'    // CJK unified ideographs
-        | '\u{F900}'..='\u{FAFF}'    // CJK compatibility ideographs
-        | '\u{FE30}'..='\u{FE4F}'    // CJK compatibility forms
-        | '\u{FF00}'..='\u{FFEF}'    // halfwidth and fullwidth forms
-        | '\u{20000}'..='\u{3FFFF}' // CJK extensions B..
-    )
-}
-
 /// Clause punctuation that may end a paragraph and is replaced by a full stop there.
 fn is_clause_punct(c: char) -> bool {
     matches!(
@@ -1104,7 +1054,7 @@ fn end_sentence(p: &mut String) {
     let Some(last) = core.chars().next_back() else {
         return;
     };
-    if super::split::is_sentence_terminal_char(last) {
+    if is_sentence_terminal_char(last) {
         return;
     }
     let stop = full_stop_for(p);

@@ -44,7 +44,7 @@ use std::ops::Range;
 
 use unicode_segmentation::{GraphemeCursor, UnicodeSegmentation};
 
-use super::normalize::{is_closer, is_nospace_script};
+use super::chars::{is_closer, is_nospace_script, is_sentence_terminal_char, is_strong_terminal};
 
 /// Default target segment size in characters.
 pub const DEFAULT_SEGMENT_CHARS: usize = 300;
@@ -240,41 +240,6 @@ fn is_opener(c: char) -> bool {
             | '¿'
             | '¡'
     )
-}
-
-/// Terminators that end a sentence only when followed by a space or the end.
-fn is_weak_terminal(c: char) -> bool {
-    matches!(c, '.' | '!' | '?' | '…')
-}
-
-/// Terminators that end a sentence wherever they are.
-fn is_strong_terminal(c: char) -> bool {
-    matches!(
-        c,
-        '。' | '！'
-            | '？'
-            | '｡'
-            | '．'
-            | '‼'
-            | '⁇'
-            | '⁈'
-            | '⁉'
-            | '؟'
-            | '۔'
-            | '।'
-            | '॥'
-            | '։'
-            | '።'
-            | '፧'
-            | '။'
-            | '។'
-            | '\u{037E}'
-    )
-}
-
-/// Sentence-final punctuation: where the splitter may end a sentence (the normalizer asks too).
-pub(crate) fn is_sentence_terminal_char(c: char) -> bool {
-    is_weak_terminal(c) || is_strong_terminal(c)
 }
 
 /// Clause marks that are a break wherever they are (no space needed after them).
