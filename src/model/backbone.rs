@@ -27,20 +27,6 @@ pub struct KvCache<T> {
     capacity: usize,
 }
 
-impl<T: Tensor> KvCache<T> {
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-}
-
 impl<T: Tensor> Backbone<T> {
     pub fn load(l: &Loader<T>, cfg: &Config) -> Result<Self, LoadError> {
         let a = &cfg.args;
@@ -97,8 +83,8 @@ impl<T: Tensor> Backbone<T> {
         }
     }
 
-    /// Runs `x` `[b, l, dim]`, row `r` at positions `caches[r].len()..`, appending to each
-    /// cache. Either one sequence of any length (prefill) or one new token per sequence
+    /// Runs `x` `[b, l, dim]`, row `r` at the positions after those `caches[r]` holds,
+    /// appending to each cache. Either one sequence of any length (prefill) or one new token per sequence
     /// (a decode step, batched: the projections and feed-forward read each weight once for
     /// all rows; attention runs per row against that row's cache).
     pub fn forward(&self, x: &T, caches: &mut [&mut KvCache<T>]) -> T {

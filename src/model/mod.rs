@@ -228,10 +228,6 @@ impl<T: Tensor> Voxtral<T> {
         self.voices.contains_key(name)
     }
 
-    pub fn dtype(&self) -> DType {
-        self.dtype
-    }
-
     pub fn sample_rate(&self) -> u32 {
         self.config.sample_rate()
     }
