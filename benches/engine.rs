@@ -64,9 +64,11 @@ fn frames(c: &mut Criterion) {
 }
 
 /// The seven weight matrices of one full-size backbone layer (233 MB in bf16, far beyond the
-/// caches), times 1 row (one stream) and 6 rows (the flow head's rows for one stream): each
+/// caches), times 1 row (one stream), 6 rows (the flow head's rows for one stream) and 24 (four
+/// streams' flow head, where the product is bound by arithmetic, not by reading): each
 /// kernel variant this CPU supports, `TchTensor::linear` (the active variant) and libtorch's
-/// own `linear`. Throughput is in weight bytes read per second.
+/// own `linear`. Throughput is in weight bytes read per second; a bf16 weight is 2 bytes and
+/// takes 2 floating-point operations per row, so the arithmetic rate is rows x bytes/s.
 fn layer_products(c: &mut Criterion) {
     use criterion::Throughput;
     use half::bf16;
@@ -99,7 +101,7 @@ fn layer_products(c: &mut Criterion) {
     let mut group = c.benchmark_group("full-size layer bf16 products");
     group.throughput(Throughput::Bytes(bytes));
     group.sample_size(10);
-    for rows in [1, 6] {
+    for rows in [1, 6, 24] {
         let inputs: Vec<TchTensor> = shapes.iter().map(|&(_, i)| random(rows, i)).collect();
         for variant in Variant::ALL.into_iter().filter(|v| v.supported()) {
             let mut outputs: Vec<Vec<bf16>> = shapes
