@@ -49,6 +49,9 @@ pub struct ServerConfig {
     pub request_timeout_secs: u64,
     pub shutdown_grace_secs: u64,
     pub api_keys: ApiKeys,
+    /// With `api_keys` set: the voice and model lists stay open (clients such as Open WebUI
+    /// fetch them without a key).
+    pub public_discovery: bool,
     #[serde(deserialize_with = "string_list")]
     pub cors_origins: Vec<String>,
     pub log_format: LogFormat,

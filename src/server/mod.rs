@@ -49,8 +49,15 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 fn v1_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(speech::create_speech))
-        .routes(routes!(voices::list_voices))
         .routes(routes!(models::list_models))
+}
+
+/// The voice and model lists: refused while draining, and behind the API keys only when
+/// `public_discovery` is off (Open WebUI fetches them without its key).
+fn discovery_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(voices::list_voices))
+        .routes(routes!(models::list_audio_models))
 }
 
 /// Open to probes and scrapers.
@@ -65,6 +72,7 @@ fn operations_routes() -> OpenApiRouter<AppState> {
 pub fn openapi() -> utoipa::openapi::OpenApi {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(v1_routes())
+        .merge(discovery_routes())
         .merge(operations_routes())
         .into_openapi()
 }
@@ -79,6 +87,14 @@ fn router(state: AppState) -> Router {
             state.clone(),
             drain::reject_while_draining,
         ));
+    let mut discovery: Router<AppState> = discovery_routes().split_for_parts().0;
+    if !config.public_discovery {
+        discovery = discovery.route_layer(from_fn_with_state(state.clone(), auth::require_api_key));
+    }
+    let discovery = discovery.route_layer(from_fn_with_state(
+        state.clone(),
+        drain::reject_while_draining,
+    ));
     let operations: Router<AppState> = operations_routes().split_for_parts().0;
     // A page for people, not part of the API document; it calls /v1 with the user's key.
     let playground: Router<AppState> = Router::new()
@@ -87,6 +103,7 @@ fn router(state: AppState) -> Router {
     // Layers listed innermost first.
     let app = Router::new()
         .merge(v1)
+        .merge(discovery)
         .merge(operations)
         .merge(playground)
         .merge(SwaggerUi::new("/docs").url("/openapi.json", openapi()))
