@@ -55,6 +55,8 @@ pub struct ServerConfig {
     #[serde(deserialize_with = "string_list")]
     pub cors_origins: Vec<String>,
     pub log_format: LogFormat,
+    /// TCP port of the Wyoming protocol listener (Home Assistant); `None` = off.
+    pub wyoming_port: Option<u16>,
     /// Tests only: the worker panics on a request whose input is exactly this.
     pub test_panic_on_input: Option<String>,
 }

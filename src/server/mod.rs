@@ -13,6 +13,7 @@ mod openapi;
 mod routes;
 mod state;
 mod voice_catalog;
+mod wyoming;
 
 use crate::config::ServerConfig;
 use crate::infer::{start_worker, BatchSettings, EngineState, StreamSettings, WorkerSettings};
@@ -166,6 +167,14 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port))
         .await
         .with_context(|| format!("binding {}:{}", config.host, config.port))?;
+    let wyoming_listener = match config.wyoming_port {
+        Some(port) => Some(
+            tokio::net::TcpListener::bind((config.host.as_str(), port))
+                .await
+                .with_context(|| format!("binding {}:{port} (wyoming_port)", config.host))?,
+        ),
+        None => None,
+    };
     let (queue, engine, worker) = start_worker(
         WorkerSettings {
             model_dir,
@@ -199,6 +208,13 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
     };
+    let wyoming = match wyoming_listener {
+        Some(listener) => {
+            tracing::info!("Wyoming protocol on tcp://{}", listener.local_addr()?);
+            Some(tokio::spawn(wyoming::serve(listener, state.clone())))
+        }
+        None => None,
+    };
     let drain = state.drain.clone();
     let signal_engine = engine.clone();
     let (drained, drained_rx) = tokio::sync::oneshot::channel::<()>();
@@ -214,7 +230,12 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_secs(1)).await;
         } => tracing::warn!("closing connections still open after the grace period"),
     }
-    // The router, and with it every queue handle, is gone: the worker finishes and exits.
+    if let Some(wyoming) = wyoming {
+        wyoming.abort();
+        let _ = wyoming.await;
+    }
+    // The router and the Wyoming listener, and with them every queue handle, are gone: the
+    // worker finishes and exits.
     let final_state = engine.borrow().clone();
     tokio::task::spawn_blocking(move || worker.join())
         .await?
