@@ -147,3 +147,63 @@ fn malformed_wyoming_input_gets_an_error_event_and_the_listener_keeps_serving() 
     assert_eq!(pong["type"], "pong");
     assert!(server.logs().contains("Wyoming request failed"));
 }
+
+/// One Wyoming event read off a socket: (type, data, payload); `None` once it is closed.
+fn read_event(reader: &mut impl std::io::BufRead) -> Option<(String, Value, Vec<u8>)> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).unwrap() == 0 {
+        return None;
+    }
+    let header: Value = serde_json::from_str(&line).unwrap();
+    let mut read = |key: &str| {
+        let mut bytes = vec![0; header[key].as_u64().unwrap_or(0) as usize];
+        reader.read_exact(&mut bytes).unwrap();
+        bytes
+    };
+    let data = read("data_length");
+    let payload = read("payload_length");
+    let data = if data.is_empty() {
+        header["data"].clone()
+    } else {
+        serde_json::from_slice(&data).unwrap()
+    };
+    Some((header["type"].as_str().unwrap().to_string(), data, payload))
+}
+
+#[test]
+fn sigterm_lets_a_wyoming_synthesis_finish_then_the_server_exits() {
+    use std::io::{BufReader, Write};
+    use std::net::TcpStream;
+    // A grace long enough for a busy machine: without the drain waiting for it, the
+    // connection would be cut at once.
+    let mut server = Server::start(&[
+        ("VOXTRAL_WYOMING_PORT", "0"),
+        ("VOXTRAL_SHUTDOWN_GRACE_SECS", "300"),
+    ]);
+    let (host, port) = wyoming_address(&server);
+    let address = (host.as_str(), port.parse::<u16>().unwrap());
+    // An idle connection must not keep the server from exiting.
+    let _idle = TcpStream::connect(address).unwrap();
+    let mut socket = TcpStream::connect(address).unwrap();
+    let request = json!({"type": "synthesize", "data": {"text": "A long story.",
+        "voice": {"name": "fable"}, "seed": 8, "max_frames": 150}});
+    socket.write_all(format!("{request}\n").as_bytes()).unwrap();
+    let mut reader = BufReader::new(socket);
+    let next = |reader: &mut BufReader<TcpStream>| {
+        read_event(reader).unwrap_or_else(|| panic!("connection closed:\n{}", server.logs()))
+    };
+    assert_eq!(next(&mut reader).0, "audio-start");
+    server.signal("-TERM");
+    let mut samples = 0;
+    loop {
+        let (kind, data, payload) = next(&mut reader);
+        match kind.as_str() {
+            "audio-chunk" => samples += payload.len() / 2,
+            "audio-stop" => break,
+            _ => panic!("{kind}: {data}"),
+        }
+    }
+    assert!(samples > 4 * FRAME, "{samples} samples");
+    assert!(server.wait_exit().success(), "{}", server.logs());
+    assert!(server.logs().contains("draining"));
+}
