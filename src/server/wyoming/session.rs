@@ -8,7 +8,7 @@
 
 use super::event::{read_event, write_event, Event, ReadError};
 use super::info::{default_voice, info};
-use crate::audio::{stream_encoder, AudioFormat, StreamEncoder};
+use crate::audio::{stream_encoder, AudioFormat};
 use crate::infer::{EngineState, JobEvent, JobOptions, ModelInfo};
 use crate::server::drain::InFlight;
 use crate::server::error::ApiError;
@@ -206,7 +206,7 @@ impl Session {
         };
         let mut events = submit(&self.app, speech.synthesis, job)?;
         let mut next = first_audio(&mut events).await?;
-        let mut encoder = Some(stream_encoder(AudioFormat::Pcm).map_err(encoding_failed)?);
+        let mut encoder = stream_encoder(AudioFormat::Pcm).map_err(encoding_failed)?;
         let format = json!({"rate": model.sample_rate, "width": 2, "channels": 1});
         self.write(Event::new("audio-start", format.clone()))
             .await?;
@@ -218,13 +218,12 @@ impl Session {
             match event {
                 JobEvent::Started { .. } => {}
                 JobEvent::Audio(pcm) => {
-                    let bytes = encoder_push(&mut encoder, &pcm)?;
+                    let bytes = encoder.push(&pcm).map_err(encoding_failed)?;
                     self.write_audio(&format, bytes).await?;
                 }
                 JobEvent::Done(summary) => {
-                    let last = encoder.take().map_or(Ok(Vec::new()), |e| e.finish());
-                    self.write_audio(&format, last.map_err(encoding_failed)?)
-                        .await?;
+                    let last = encoder.finish().map_err(encoding_failed)?;
+                    self.write_audio(&format, last).await?;
                     tracing::info!(
                         voice,
                         frames = summary.frames,
@@ -248,16 +247,6 @@ impl Session {
 
     async fn write(&mut self, event: Event) -> Result<(), Stop> {
         Ok(write_event(&mut self.writer, &event).await?)
-    }
-}
-
-fn encoder_push(
-    encoder: &mut Option<Box<dyn StreamEncoder>>,
-    pcm: &[f32],
-) -> Result<Vec<u8>, ApiError> {
-    match encoder {
-        Some(encoder) => encoder.push(pcm).map_err(encoding_failed),
-        None => Ok(Vec::new()),
     }
 }
 
