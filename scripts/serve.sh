@@ -14,8 +14,9 @@ if [[ -z $MODEL ]]; then
   MODEL=${VOXTRAL_MODEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/voxtral-tts}/${REPO#*/}
   if [[ ! -f $MODEL/.complete ]]; then
     HUB=${HF_ENDPOINT:-https://huggingface.co}
-    # Any HTTP answer (even 401 for a gated repository) means the hub is reachable.
-    if ! curl -s -o /dev/null --max-time 15 "$HUB/api/models/$REPO"; then
+    # Any HTTP answer (even 401 for a gated repository) means the hub is reachable; without
+    # curl, `download` finds out itself.
+    if command -v curl >/dev/null && ! curl -s -o /dev/null --max-time 15 "$HUB/api/models/$REPO"; then
       echo "make serve: no MODEL given and $HUB cannot be reached to fetch $REPO; pass a model folder: make serve MODEL=/path/to/${REPO#*/}" >&2
       exit 2
     fi
