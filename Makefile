@@ -12,10 +12,10 @@ setup:
 build:
 	$(BUILD_ENV) cargo build --release
 
-# make serve MODEL=DIR [ARGS="--host 0.0.0.0 --port 8000 --config FILE"]
+# make serve [MODEL=DIR] [ARGS="--host 0.0.0.0 --port 8000 --config FILE"]; without MODEL,
+# the published model folder, fetched once into ~/.cache/voxtral-tts (scripts/serve.sh).
 serve:
-	@[[ -n "$(MODEL)" ]] || { echo "usage: make serve MODEL=/path/to/model [ARGS='--port 8000']" >&2; exit 2; }
-	$(BUILD_ENV) cargo run --release -- serve --model "$(MODEL)" $(ARGS)
+	@scripts/serve.sh "$(MODEL)" $(ARGS)
 
 # Benches are compiled (not run) first, and the AVX2 run comes before the whole suite, so
 # the run ends on cargo test's summary.

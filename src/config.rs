@@ -49,9 +49,14 @@ pub struct ServerConfig {
     pub request_timeout_secs: u64,
     pub shutdown_grace_secs: u64,
     pub api_keys: ApiKeys,
+    /// With `api_keys` set: the voice and model lists stay open (clients such as Open WebUI
+    /// fetch them without a key).
+    pub public_discovery: bool,
     #[serde(deserialize_with = "string_list")]
     pub cors_origins: Vec<String>,
     pub log_format: LogFormat,
+    /// TCP port of the Wyoming protocol listener (Home Assistant); `None` = off.
+    pub wyoming_port: Option<u16>,
     /// Tests only: the worker panics on a request whose input is exactly this.
     pub test_panic_on_input: Option<String>,
 }

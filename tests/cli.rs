@@ -211,3 +211,34 @@ fn bench_names_the_kernel_variant_and_measures_the_fma_peak() {
         assert!(line("batch   2").contains("of the f32 FMA peak"), "{out}");
     }
 }
+
+/// `make serve` without MODEL and without a reachable model hub stops at once (before setup or
+/// a build) with one line saying what to pass, and leaves nothing in the cache folder.
+#[test]
+fn make_serve_without_model_or_network_says_what_to_pass() {
+    let cache = tempfile::tempdir().unwrap();
+    let out = Command::new("make")
+        .args(["-s", "--no-print-directory", "serve"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("VOXTRAL_MODEL_CACHE", cache.path())
+        // A closed port: the hub is unreachable.
+        .env("HF_ENDPOINT", "http://127.0.0.1:9")
+        .env_remove("MODEL")
+        .output()
+        .expect("make is needed for this test");
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let ours: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !l.starts_with("make: ***"))
+        .collect();
+    assert_eq!(ours.len(), 1, "{stderr}");
+    assert!(
+        ours[0].starts_with("make serve: no MODEL given and http://127.0.0.1:9 cannot be reached")
+            && ours[0]
+                .ends_with("pass a model folder: make serve MODEL=/path/to/Voxtral-4B-TTS-2603"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 0);
+}

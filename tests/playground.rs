@@ -139,8 +139,10 @@ fn errors_show_the_servers_message() {
 #[test]
 fn with_api_keys_the_page_asks_for_one() {
     let server = Server::start(&[("VOXTRAL_API_KEYS", "playground-key")]);
-    // The page itself is open; the API behind it is not.
+    // The page itself is open, and so is the voice list (`public_discovery`); the rest of
+    // the API is not.
     assert_eq!(server.get("/playground").status, 200);
-    assert_eq!(server.get("/v1/audio/voices").status, 401);
+    assert_eq!(server.get("/v1/audio/voices").status, 200);
+    assert_eq!(server.get("/v1/models").status, 401);
     plays(&server, &["mp3"], 40, Some("playground-key"));
 }

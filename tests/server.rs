@@ -108,8 +108,8 @@ fn openai_voice_names_select_their_presets() {
     let find = |name: &str| data.iter().find(|v| v["name"] == name).unwrap().clone();
     assert_eq!(
         find("neutral_female"),
-        json!({"name": "neutral_female", "language": "en", "language_name": "English",
-            "gender": "female", "aliases": ["alloy", "sage"]})
+        json!({"id": "neutral_female", "name": "neutral_female", "language": "en",
+            "language_name": "English", "gender": "female", "aliases": ["alloy", "sage"]})
     );
     let hindi = find("hi_male");
     assert_eq!(

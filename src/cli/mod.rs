@@ -6,6 +6,9 @@ mod load;
 mod serve;
 mod synth;
 
+/// The Hugging Face repository `download` fetches by default.
+pub use download::DEFAULT_REPO as DEFAULT_MODEL_REPO;
+
 use crate::testmodel::{make_test_model, Preset};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

@@ -48,10 +48,11 @@ impl Drain {
 }
 
 /// Counts a request as in flight until it is dropped (answered, or abandoned by its client).
-struct InFlight(Arc<Drain>);
+pub struct InFlight(Arc<Drain>);
 
 impl InFlight {
-    fn new(drain: Arc<Drain>) -> Self {
+    /// Also held by each Wyoming synthesis, so that a drain waits for those too.
+    pub fn new(drain: Arc<Drain>) -> Self {
         drain.in_flight.send_modify(|n| *n += 1);
         InFlight(drain)
     }

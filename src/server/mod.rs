@@ -13,6 +13,7 @@ mod openapi;
 mod routes;
 mod state;
 mod voice_catalog;
+mod wyoming;
 
 use crate::config::ServerConfig;
 use crate::infer::{start_worker, BatchSettings, EngineState, StreamSettings, WorkerSettings};
@@ -49,8 +50,15 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 fn v1_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(speech::create_speech))
-        .routes(routes!(voices::list_voices))
         .routes(routes!(models::list_models))
+}
+
+/// The voice and model lists: refused while draining, and behind the API keys only when
+/// `public_discovery` is off (Open WebUI fetches them without its key).
+fn discovery_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(voices::list_voices))
+        .routes(routes!(models::list_audio_models))
 }
 
 /// Open to probes and scrapers.
@@ -65,6 +73,7 @@ fn operations_routes() -> OpenApiRouter<AppState> {
 pub fn openapi() -> utoipa::openapi::OpenApi {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(v1_routes())
+        .merge(discovery_routes())
         .merge(operations_routes())
         .into_openapi()
 }
@@ -79,6 +88,14 @@ fn router(state: AppState) -> Router {
             state.clone(),
             drain::reject_while_draining,
         ));
+    let mut discovery: Router<AppState> = discovery_routes().split_for_parts().0;
+    if !config.public_discovery {
+        discovery = discovery.route_layer(from_fn_with_state(state.clone(), auth::require_api_key));
+    }
+    let discovery = discovery.route_layer(from_fn_with_state(
+        state.clone(),
+        drain::reject_while_draining,
+    ));
     let operations: Router<AppState> = operations_routes().split_for_parts().0;
     // A page for people, not part of the API document; it calls /v1 with the user's key.
     let playground: Router<AppState> = Router::new()
@@ -87,6 +104,7 @@ fn router(state: AppState) -> Router {
     // Layers listed innermost first.
     let app = Router::new()
         .merge(v1)
+        .merge(discovery)
         .merge(operations)
         .merge(playground)
         .merge(SwaggerUi::new("/docs").url("/openapi.json", openapi()))
@@ -149,6 +167,14 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port))
         .await
         .with_context(|| format!("binding {}:{}", config.host, config.port))?;
+    let wyoming_listener = match config.wyoming_port {
+        Some(port) => Some(
+            tokio::net::TcpListener::bind((config.host.as_str(), port))
+                .await
+                .with_context(|| format!("binding {}:{port} (wyoming_port)", config.host))?,
+        ),
+        None => None,
+    };
     let (queue, engine, worker) = start_worker(
         WorkerSettings {
             model_dir,
@@ -182,6 +208,13 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
     };
+    let wyoming = match wyoming_listener {
+        Some(listener) => {
+            tracing::info!("Wyoming protocol on tcp://{}", listener.local_addr()?);
+            Some(tokio::spawn(wyoming::serve(listener, state.clone())))
+        }
+        None => None,
+    };
     let drain = state.drain.clone();
     let signal_engine = engine.clone();
     let (drained, drained_rx) = tokio::sync::oneshot::channel::<()>();
@@ -197,7 +230,12 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_secs(1)).await;
         } => tracing::warn!("closing connections still open after the grace period"),
     }
-    // The router, and with it every queue handle, is gone: the worker finishes and exits.
+    if let Some(wyoming) = wyoming {
+        wyoming.abort();
+        let _ = wyoming.await;
+    }
+    // The router and the Wyoming listener, and with them every queue handle, are gone: the
+    // worker finishes and exits.
     let final_state = engine.borrow().clone();
     tokio::task::spawn_blocking(move || worker.join())
         .await?

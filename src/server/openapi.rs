@@ -16,7 +16,8 @@ use utoipa::Modify;
             Errors always have OpenAI's shape: \
             `{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`.\n\n\
             When the server has `api_keys` configured, /v1 endpoints need \
-            `Authorization: Bearer <key>`.",
+            `Authorization: Bearer <key>`, except the voice and model lists \
+            (/v1/audio/voices, /v1/audio/models) while `public_discovery` is on (the default).",
         license(name = "Apache-2.0")
     ),
     modifiers(&ApiKeyAuth, &VoiceTable),

@@ -85,6 +85,40 @@ pub fn resolve<'a>(requested: &str, presets: &'a [String]) -> Option<&'a str> {
         .map(String::as_str)
 }
 
+/// Why `requested` names no voice of this model, listing only names that work with it: an
+/// OpenAI name is valid only while its preset is in the model folder.
+pub fn unknown_voice_message(requested: &str, presets: &[String]) -> String {
+    let trimmed = requested.trim();
+    let usable: Vec<&str> = OPENAI_VOICES
+        .iter()
+        .filter(|(_, preset)| resolve(preset, presets).is_some())
+        .map(|(alias, _)| *alias)
+        .collect();
+    let mut message = match OPENAI_VOICES
+        .iter()
+        .find(|(alias, _)| alias.eq_ignore_ascii_case(trimmed))
+    {
+        Some((alias, preset)) => format!(
+            "The OpenAI voice '{alias}' selects the preset '{preset}', which this model folder \
+             does not have."
+        ),
+        None => format!("Unknown voice '{requested}'."),
+    };
+    if presets.is_empty() {
+        message.push_str(" This model folder has no preset voices.");
+        return message;
+    }
+    message.push_str(&format!(" Use a preset ({})", presets.join(", ")));
+    if !usable.is_empty() {
+        message.push_str(&format!(
+            " or an OpenAI voice name that maps to one ({})",
+            usable.join(", ")
+        ));
+    }
+    message.push('.');
+    message
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,5 +163,30 @@ mod tests {
         assert_eq!(resolve("nobody", &presets), None);
         assert_eq!(aliases_of("casual_female"), ["shimmer", "marin"]);
         assert!(aliases_of("fr_male").is_empty());
+    }
+
+    #[test]
+    fn unknown_voice_messages_list_only_names_that_work() {
+        let all: Vec<String> = PRESET_VOICES.iter().map(|s| s.to_string()).collect();
+        let message = unknown_voice_message("robot", &all);
+        assert!(
+            message.starts_with("Unknown voice 'robot'. Use a preset (casual_female, "),
+            "{message}"
+        );
+        assert!(message.contains("(alloy, ash,"), "{message}");
+
+        // Only the French presets: no OpenAI name works, and alloy is not offered.
+        let french = vec!["fr_female".to_string(), "fr_male".to_string()];
+        let message = unknown_voice_message("Alloy", &french);
+        assert_eq!(
+            message,
+            "The OpenAI voice 'alloy' selects the preset 'neutral_female', which this model \
+             folder does not have. Use a preset (fr_female, fr_male)."
+        );
+        // One English preset: only its names are offered.
+        let some = vec!["fr_male".to_string(), "neutral_male".to_string()];
+        let message = unknown_voice_message("nova", &some);
+        assert!(message.ends_with("(echo, onyx, cedar)."), "{message}");
+        assert!(unknown_voice_message("x", &[]).ends_with("has no preset voices."));
     }
 }

@@ -1,4 +1,5 @@
-//! `GET /v1/models`: the served model under its own id and OpenAI's speech model names.
+//! `GET /v1/models`: the served model under its own id and OpenAI's speech model names;
+//! `GET /v1/audio/models`: the same ids in the shape Open WebUI reads.
 
 use crate::server::state::AppState;
 use axum::extract::State;
@@ -27,15 +28,19 @@ pub struct Model {
     owned_by: &'static str,
 }
 
+/// The model id from the settings (`model_id`), then the OpenAI aliases.
+fn model_ids(app: &AppState) -> impl Iterator<Item = String> + '_ {
+    std::iter::once(app.config.model_id.clone())
+        .chain(OPENAI_MODEL_ALIASES.iter().map(|s| s.to_string()))
+}
+
 /// Lists the model id from the settings (`model_id`) followed by the OpenAI aliases.
 #[utoipa::path(get, path = "/v1/models", tag = "models", security(("api_key" = [])),
     responses((status = 200, description = "The model and its aliases", body = ModelList)))]
 pub async fn list_models(State(app): State<AppState>) -> Json<ModelList> {
-    let ids = std::iter::once(app.config.model_id.clone())
-        .chain(OPENAI_MODEL_ALIASES.iter().map(|s| s.to_string()));
     Json(ModelList {
         object: "list",
-        data: ids
+        data: model_ids(&app)
             .map(|id| Model {
                 id,
                 object: "model",
@@ -43,5 +48,28 @@ pub async fn list_models(State(app): State<AppState>) -> Json<ModelList> {
                 owned_by: "mistralai",
             })
             .collect(),
+    })
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct AudioModelList {
+    models: Vec<AudioModel>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct AudioModel {
+    #[schema(example = "tts-1")]
+    id: String,
+}
+
+/// Lists the ids of /v1/models as `{"models": [{"id"}]}`.
+///
+/// The list Open WebUI offers for its TTS model setting. Open to clients without a key when
+/// `public_discovery` is on (the default).
+#[utoipa::path(get, path = "/v1/audio/models", tag = "models", security((), ("api_key" = [])),
+    responses((status = 200, description = "The model and its aliases", body = AudioModelList)))]
+pub async fn list_audio_models(State(app): State<AppState>) -> Json<AudioModelList> {
+    Json(AudioModelList {
+        models: model_ids(&app).map(|id| AudioModel { id }).collect(),
     })
 }

@@ -14,11 +14,16 @@ pub struct VoiceList {
     /// Always `list`.
     object: &'static str,
     data: Vec<Voice>,
+    /// The same voices again, under the key Open WebUI reads (`voices[].id`, `voices[].name`).
+    voices: Vec<Voice>,
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Clone, Serialize, ToSchema)]
 pub struct Voice {
     /// The preset's name, usable as `voice`.
+    #[schema(example = "casual_female")]
+    id: String,
+    /// The preset's name again (what voice pickers show).
     #[schema(example = "casual_female")]
     name: String,
     /// BCP 47 language code (null for a preset not named like the published ones).
@@ -33,19 +38,23 @@ pub struct Voice {
     aliases: Vec<&'static str>,
 }
 
-#[utoipa::path(get, path = "/v1/audio/voices", tag = "audio", security(("api_key" = [])),
+/// Lists the preset voices.
+///
+/// Open to clients without a key when `public_discovery` is on (the default).
+#[utoipa::path(get, path = "/v1/audio/voices", tag = "audio", security((), ("api_key" = [])),
     responses(
         (status = 200, description = "The preset voices", body = VoiceList),
         (status = 503, description = "The model is still loading", body = ErrorResponse),
     ))]
 pub async fn list_voices(State(app): State<AppState>) -> Result<Json<VoiceList>, ApiError> {
     let model = app.model()?;
-    let data = model
+    let data: Vec<Voice> = model
         .voices
         .iter()
         .map(|name| {
             let info = preset_info(name);
             Voice {
+                id: name.clone(),
                 name: name.clone(),
                 language: info.as_ref().map(|i| i.language),
                 language_name: info.as_ref().map(|i| i.language_name),
@@ -56,6 +65,7 @@ pub async fn list_voices(State(app): State<AppState>) -> Result<Json<VoiceList>,
         .collect();
     Ok(Json(VoiceList {
         object: "list",
+        voices: data.clone(),
         data,
     }))
 }

@@ -10,14 +10,14 @@ use crate::audio::{
     encode_audio, stream_encoder, time_stretch, AudioError, AudioFormat, StreamEncoder,
 };
 use crate::infer::{JobError, JobEvent, JobOptions, JobSummary, ModelInfo, SubmitError};
-use crate::model::SynthError;
+use crate::model::{SynthError, SynthesisRequest};
 use crate::server::error::{ApiError, ErrorDetail, ErrorResponse};
 use crate::server::json::JsonBody;
 use crate::server::metrics::{QUEUE_WAIT, TIME_TO_FIRST_AUDIO};
 use crate::server::state::AppState;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::Response;
 use base64::Engine;
 use bytes::Bytes;
@@ -127,34 +127,21 @@ struct Usage {
     ))]
 pub async fn create_speech(
     State(app): State<AppState>,
+    headers: HeaderMap,
     JsonBody(request): JsonBody<SpeechRequest>,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
     let model = app.model()?;
-    let speech = request.validate(app.config.max_input_chars, &model)?;
+    let mut speech = request.validate(app.config.max_input_chars, &model)?;
+    if speech.stream_format.is_none() && reads_as_stream(&headers) {
+        speech.stream_format = Some(StreamFormat::Audio);
+    }
     let voice = speech.synthesis.voice.clone();
-    let events = app
-        .queue
-        .submit(
-            speech.synthesis,
-            JobOptions {
-                normalize_text: speech.normalize,
-                stream: speech.stream_format.is_some(),
-            },
-        )
-        .map_err(|e| match e {
-            SubmitError::Full => ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                Some("queue_full"),
-                format!(
-                    "The server is busy: {} requests are already waiting. Retry shortly.",
-                    app.queue.capacity()
-                ),
-            )
-            .with_retry_after(1),
-            SubmitError::WorkerStopped => ApiError::shutting_down(),
-        })?;
-    let mut events = events;
+    let options = JobOptions {
+        normalize_text: speech.normalize,
+        stream: speech.stream_format.is_some(),
+    };
+    let mut events = submit(&app, speech.synthesis, options)?;
     // Errors before any audio (e.g. the tokenizer's limits) still get their status code.
     let first = first_audio(&mut events).await?;
     let (format, speed) = (speech.format, speech.speed);
@@ -224,8 +211,38 @@ pub async fn create_speech(
     Ok(response)
 }
 
+/// Queues a validated synthesis (for the HTTP route and the Wyoming listener alike).
+pub(crate) fn submit(
+    app: &AppState,
+    synthesis: SynthesisRequest,
+    options: JobOptions,
+) -> Result<UnboundedReceiver<JobEvent>, ApiError> {
+    app.queue.submit(synthesis, options).map_err(|e| match e {
+        SubmitError::Full => ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            Some("queue_full"),
+            format!(
+                "The server is busy: {} requests are already waiting. Retry shortly.",
+                app.queue.capacity()
+            ),
+        )
+        .with_retry_after(1),
+        SubmitError::WorkerStopped => ApiError::shutting_down(),
+    })
+}
+
+/// The openai SDKs' `with_streaming_response` sends this header: the caller reads the body
+/// while it arrives (pipecat, LiveKit, Home Assistant), as OpenAI streams every response.
+const SDK_STREAM_HEADER: &str = "x-stainless-raw-response";
+
+fn reads_as_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(SDK_STREAM_HEADER)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"stream"))
+}
+
 /// The error a failed job gets, before any audio was sent.
-fn job_error(e: JobError) -> ApiError {
+pub(crate) fn job_error(e: JobError) -> ApiError {
     match e {
         // Limits only the tokenizer can check: the text's fault, not the server's.
         JobError::Synthesis(e @ (SynthError::TooLong { .. } | SynthError::EmptyText)) => {
@@ -235,12 +252,12 @@ fn job_error(e: JobError) -> ApiError {
     }
 }
 
-fn worker_stopped() -> ApiError {
+pub(crate) fn worker_stopped() -> ApiError {
     ApiError::internal("The inference worker stopped before finishing this request.")
 }
 
 /// Waits for the job's first audio; `None` when it finished without any.
-async fn first_audio(
+pub(crate) async fn first_audio(
     events: &mut UnboundedReceiver<JobEvent>,
 ) -> Result<Option<JobEvent>, ApiError> {
     while let Some(event) = events.recv().await {

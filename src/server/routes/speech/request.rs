@@ -5,7 +5,7 @@ use crate::audio::AudioFormat;
 use crate::infer::ModelInfo;
 use crate::model::{Noise, SynthesisRequest, DEFAULT_MAX_FRAMES};
 use crate::server::error::ApiError;
-use crate::server::voice_catalog::{self, OPENAI_VOICES};
+use crate::server::voice_catalog;
 use serde::Deserialize;
 use std::ops::RangeInclusive;
 use utoipa::ToSchema;
@@ -31,7 +31,9 @@ pub struct SpeechRequest {
     /// Playback speed, 0.25 to 4.0 (default 1.0), applied with a pitch-preserving time stretch.
     #[schema(minimum = 0.25, maximum = 4.0, example = 1.0)]
     pub speed: Option<f32>,
-    /// Absent: the complete audio file, sent once synthesis has finished. `audio`: the
+    /// Absent: the complete audio file, sent once synthesis has finished (streamed as
+    /// `audio` when the openai SDKs' `with_streaming_response` sends
+    /// `X-Stainless-Raw-Response: stream`). `audio`: the
     /// audio file streamed (chunked transfer) while it is generated; WAV then has
     /// "unknown length" (0xFFFFFFFF) sizes. `sse`: Server-Sent Events while it is generated,
     /// OpenAI's `speech.audio.delta` events with base64 audio, then `speech.audio.done` with
@@ -134,15 +136,9 @@ impl SpeechRequest {
             ));
         }
         let voice = voice_catalog::resolve(self.voice.name(), &model.voices).ok_or_else(|| {
-            let openai: Vec<&str> = OPENAI_VOICES.iter().map(|(name, _)| *name).collect();
             ApiError::invalid(
                 "voice",
-                format!(
-                    "Unknown voice '{}'. Use a preset ({}) or an OpenAI voice name ({}).",
-                    self.voice.name(),
-                    model.voices.join(", "),
-                    openai.join(", ")
-                ),
+                voice_catalog::unknown_voice_message(self.voice.name(), &model.voices),
             )
         })?;
         let format = AudioFormat::from(self.response_format);
