@@ -13,6 +13,7 @@ use std::str::FromStr;
 mod aac;
 mod flac;
 pub mod join;
+pub mod input;
 mod mp3;
 mod opus;
 mod pcm;
