@@ -12,8 +12,8 @@ use std::str::FromStr;
 #[cfg(feature = "aac")]
 mod aac;
 mod flac;
-pub mod join;
 pub mod input;
+pub mod join;
 mod mp3;
 mod opus;
 mod pcm;

@@ -11,13 +11,11 @@ use symphonia::core::codecs::audio::{AudioCodecParameters, AudioDecoderOptions};
 use symphonia::core::errors::Error as SymError;
 use symphonia::core::formats::probe::ProbeableFormat;
 use symphonia::core::formats::{FormatOptions, FormatReader, TrackType};
-use symphonia::core::io::MediaSourceStream;
+use symphonia::core::io::{MediaSource, MediaSourceStream, ReadOnlySource};
 use symphonia::default::formats::{FlacReader, MkvReader, MpaReader, OggReader, WavReader};
 
 use super::opus::{OpusDecoder, OpusHead, OPUS_RATE};
-use super::{
-    check_rate, AudioCodec, AudioInputError, ContainerFormat, DecodeLimits, DecodedAudio,
-};
+use super::{check_rate, AudioCodec, AudioInputError, ContainerFormat, DecodeLimits, DecodedAudio};
 
 /// Decodes `bytes` (already sniffed as `format`) to mono f32.
 pub(super) fn decode_container(
@@ -29,7 +27,16 @@ pub(super) fn decode_container(
         format,
         detail: describe(&e),
     };
-    let mss = MediaSourceStream::new(Box::new(Cursor::new(bytes)), Default::default());
+    let cursor = Cursor::new(bytes);
+    // The Matroska reader checks element sizes against a known stream length and then refuses
+    // a truncated file outright ("missing segment element"); read as a plain stream (what a
+    // browser's MediaRecorder sends anyway), it decodes the clusters that are there. Seeking is
+    // never needed: decoding runs from start to end.
+    let source: Box<dyn MediaSource + '_> = match format {
+        ContainerFormat::WebM => Box::new(ReadOnlySource::new(cursor)),
+        _ => Box::new(cursor),
+    };
+    let mss = MediaSourceStream::new(source, Default::default());
     let opts = FormatOptions::default();
     let mut reader: Box<dyn FormatReader + '_> = match format {
         ContainerFormat::Wav => WavReader::try_probe_new(mss, opts),
@@ -70,8 +77,8 @@ pub(super) fn decode_container(
             .ok_or_else(|| "no OpusHead in the stream header".to_string())
             .and_then(OpusHead::parse)
             .map_err(|detail| AudioInputError::Malformed { format, detail })?;
-        let mut decoder =
-            OpusDecoder::new(&head).map_err(|detail| AudioInputError::Unsupported { format, detail })?;
+        let mut decoder = OpusDecoder::new(&head)
+            .map_err(|detail| AudioInputError::Unsupported { format, detail })?;
         let channels = decoder.channels();
         while let Some(packet) = packets.next(reader.as_mut(), track_id, sink.frames)? {
             let trim_end = usize::try_from(packet.trim_end.get()).unwrap_or(usize::MAX);
@@ -302,7 +309,10 @@ impl MonoSink {
         let planes = &self.planes[..channels.min(self.planes.len())];
         let scale = 1.0 / planes.len().max(1) as f32;
         self.samples.extend((0..frames).map(|i| {
-            let sum: f32 = planes.iter().map(|p| p.get(i).copied().unwrap_or(0.0)).sum();
+            let sum: f32 = planes
+                .iter()
+                .map(|p| p.get(i).copied().unwrap_or(0.0))
+                .sum();
             sum * scale
         }));
         Ok(())
@@ -347,7 +357,9 @@ impl MonoSink {
         Ok(DecodedAudio {
             samples: self.samples,
             sample_rate,
-            source_channels: declared_channels.unwrap_or(self.channels).max(self.channels),
+            source_channels: declared_channels
+                .unwrap_or(self.channels)
+                .max(self.channels),
             format: self.format,
             codec,
         })

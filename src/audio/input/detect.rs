@@ -92,6 +92,28 @@ fn is_mp3_frame_header(b: &[u8]) -> bool {
     version != 0b01 && layer == 0b01 && bitrate != 0b1111 && rate != 0b11
 }
 
+/// The channel count in a WAV file's `fmt ` chunk, if it can be found.
+///
+/// Checked before symphonia sees the file: its WAV reader does u16 and shift arithmetic on
+/// the channel count that overflows for absurd counts (a panic in builds with overflow checks).
+pub(super) fn wav_channels(b: &[u8]) -> Option<u16> {
+    let mut pos = 12usize;
+    while pos.checked_add(8)? <= b.len() {
+        let id = &b[pos..pos + 4];
+        let size = u32::from_le_bytes(b[pos + 4..pos + 8].try_into().ok()?) as usize;
+        if id == b"fmt " {
+            let at = pos + 8 + 2;
+            return b.get(at..at + 2).map(|c| u16::from_le_bytes([c[0], c[1]]));
+        }
+        // Chunks are padded to an even length.
+        pos = pos
+            .checked_add(8)?
+            .checked_add(size)?
+            .checked_add(size & 1)?;
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,7 +124,10 @@ mod tests {
         assert_eq!(detect_format(&wav), Some(ContainerFormat::Wav));
         wav[8] = b'X';
         assert_eq!(detect_format(&wav), None);
-        assert_eq!(detect_format(b"fLaC\0\0\0\x22"), Some(ContainerFormat::Flac));
+        assert_eq!(
+            detect_format(b"fLaC\0\0\0\x22"),
+            Some(ContainerFormat::Flac)
+        );
         assert_eq!(detect_format(b"OggS\0\x02"), Some(ContainerFormat::Ogg));
         assert_eq!(
             detect_format(&[0x1a, 0x45, 0xdf, 0xa3, 0x9f]),
@@ -134,5 +159,14 @@ mod tests {
         // A tag claiming more bytes than there are: the offset stops at the end.
         let b = b"ID3\x04\x00\x00\x7f\x7f\x7f\x7f";
         assert_eq!(sniff(b), Some((ContainerFormat::Mp3, 10)));
+    }
+
+    #[test]
+    fn wav_channel_count() {
+        let mut b = b"RIFF\0\0\0\0WAVEJUNK\x03\0\0\0abc\0fmt \x10\0\0\0\x01\0\x02\0".to_vec();
+        assert_eq!(wav_channels(&b), Some(2));
+        b.truncate(b.len() - 1);
+        assert_eq!(wav_channels(&b), None);
+        assert_eq!(wav_channels(b"RIFF\0\0\0\0WAVEJUNK\xff\xff\xff\xff"), None);
     }
 }

@@ -96,7 +96,10 @@ mod tests {
         let e = AudioInputError::TooLong {
             limit: Duration::from_secs(30),
         };
-        assert_eq!(e.to_string(), "the audio is longer than the limit of 30.0 s");
+        assert_eq!(
+            e.to_string(),
+            "the audio is longer than the limit of 30.0 s"
+        );
         let e = AudioInputError::Malformed {
             format: ContainerFormat::Flac,
             detail: "bad header".into(),

@@ -43,6 +43,10 @@ pub const MIN_SAMPLE_RATE: u32 = 4_000;
 /// Highest sample rate accepted, in a file or as a resampling target (Hz).
 pub const MAX_SAMPLE_RATE: u32 = 384_000;
 
+/// Most channels accepted in a WAV file (checked before symphonia reads it; see
+/// `detect::wav_channels`).
+const MAX_WAV_CHANNELS: u16 = 32;
+
 /// Limits an upload must respect; the caller sets them (from the server settings).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodeLimits {
@@ -129,6 +133,17 @@ pub fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<DecodedAudio, Audio
     if body.is_empty() {
         return Err(AudioInputError::NoAudio { format });
     }
+    if format == ContainerFormat::Wav {
+        match detect::wav_channels(body) {
+            Some(n) if n > MAX_WAV_CHANNELS => {
+                return Err(AudioInputError::Unsupported {
+                    format,
+                    detail: format!("{n} channels (at most {MAX_WAV_CHANNELS})"),
+                })
+            }
+            _ => {}
+        }
+    }
     // The decoders are third-party code fed untrusted bytes: a panic in one is this upload's
     // fault, not the server's, and must not take a worker thread down.
     catch_unwind(AssertUnwindSafe(|| {
@@ -178,7 +193,7 @@ mod tests {
         b.extend_from_slice(&channels.to_le_bytes());
         b.extend_from_slice(&rate.to_le_bytes());
         b.extend_from_slice(&(rate * u32::from(channels) * 2).to_le_bytes());
-        b.extend_from_slice(&(channels * 2).to_le_bytes());
+        b.extend_from_slice(&channels.wrapping_mul(2).to_le_bytes());
         b.extend_from_slice(&16u16.to_le_bytes());
         b.extend_from_slice(b"data");
         b.extend_from_slice(&data_len.to_le_bytes());
@@ -190,7 +205,11 @@ mod tests {
 
     #[test]
     fn stereo_is_averaged_to_mono() {
-        let a = decode(&wav(16_000, 2, &[16384, 0, -16384, -16384, 8192, 24576]), &LIMITS).unwrap();
+        let a = decode(
+            &wav(16_000, 2, &[16384, 0, -16384, -16384, 8192, 24576]),
+            &LIMITS,
+        )
+        .unwrap();
         assert_eq!(a.sample_rate, 16_000);
         assert_eq!(a.source_channels, 2);
         assert_eq!(a.format, ContainerFormat::Wav);
@@ -208,9 +227,15 @@ mod tests {
             Err(AudioInputError::TooLarge { limit: 100, .. })
         ));
         let short = DecodeLimits::new(1 << 20, Duration::from_millis(999));
-        assert!(matches!(decode(&w, &short), Err(AudioInputError::TooLong { .. })));
+        assert!(matches!(
+            decode(&w, &short),
+            Err(AudioInputError::TooLong { .. })
+        ));
         let exact = DecodeLimits::new(1 << 20, Duration::from_secs(1));
-        assert_eq!(decode(&w, &exact).unwrap().duration(), Duration::from_secs(1));
+        assert_eq!(
+            decode(&w, &exact).unwrap().duration(),
+            Duration::from_secs(1)
+        );
     }
 
     #[test]
@@ -225,6 +250,13 @@ mod tests {
             decode(&wav(1_000, 1, &[1, 2, 3]), &LIMITS),
             Err(AudioInputError::SampleRate { rate: 1_000, .. })
         ));
+        // 40000 channels: refused before symphonia's WAV reader overflows on it.
+        let e = decode(&wav(16_000, 40_000, &[0; 40_000]), &LIMITS).unwrap_err();
+        assert!(matches!(e, AudioInputError::Unsupported { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "unsupported WAV audio: 40000 channels (at most 32)"
+        );
         // Header only, cut inside the fmt chunk.
         assert!(matches!(
             decode(&wav(16_000, 1, &[1, 2])[..20], &LIMITS),

@@ -63,7 +63,11 @@ impl OpusDecoder {
         let channels = match (head.mapping_family, head.channels) {
             (0 | 1, 1) => Channels::Mono,
             (0 | 1, 2) => Channels::Stereo,
-            (0, n) => return Err(format!("OpusHead declares {n} channels for mapping family 0")),
+            (0, n) => {
+                return Err(format!(
+                    "OpusHead declares {n} channels for mapping family 0"
+                ))
+            }
             (family, n) => {
                 return Err(format!(
                     "Opus with {n} channels (channel mapping family {family}) is not supported; \

@@ -28,22 +28,25 @@ fn chunk_size(from_rate: u32, to_rate: u32) -> usize {
 /// Equal rates return the samples unchanged (an exact copy). Otherwise the output has
 /// `ceil(len * to_rate / from_rate)` samples, aligned with the input (rubato's delay is
 /// trimmed; a test checks the phase to 1 % of a sample). Both rates must lie in [`super::MIN_SAMPLE_RATE`]`..=`[`super::MAX_SAMPLE_RATE`].
-pub fn resample(samples: &[f32], from_rate: u32, to_rate: u32) -> Result<Vec<f32>, AudioInputError> {
+pub fn resample(
+    samples: &[f32],
+    from_rate: u32,
+    to_rate: u32,
+) -> Result<Vec<f32>, AudioInputError> {
     check_rate(from_rate)?;
     check_rate(to_rate)?;
     if from_rate == to_rate || samples.is_empty() {
         return Ok(samples.to_vec());
     }
     let internal = |e: &dyn std::fmt::Display| AudioInputError::Internal(format!("resampler: {e}"));
-    let mut resampler =
-        Fft::<f32>::new(
+    let mut resampler = Fft::<f32>::new(
         from_rate as usize,
         to_rate as usize,
         chunk_size(from_rate, to_rate),
         1,
         FixedSync::Both,
     )
-            .map_err(|e| internal(&e))?;
+    .map_err(|e| internal(&e))?;
     let input = InterleavedSlice::new(samples, 1, samples.len()).map_err(|e| internal(&e))?;
     let output = resampler
         .process_all(&input, samples.len(), None)
@@ -83,7 +86,11 @@ mod tests {
             let x = sine(440.0, from, 0.5);
             let y = resample(&x, from, to).unwrap();
             let want = (x.len() as u64 * u64::from(to)).div_ceil(u64::from(from)) as usize;
-            assert!(y.len().abs_diff(want) <= 1, "{from}->{to}: {} vs {want}", y.len());
+            assert!(
+                y.len().abs_diff(want) <= 1,
+                "{from}->{to}: {} vs {want}",
+                y.len()
+            );
             // Away from the edges, the output is the same sine sampled at the new rate.
             let reference = sine(440.0, to, 0.5);
             let (a, b) = (y.len() / 10, y.len() * 9 / 10);
