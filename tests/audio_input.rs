@@ -89,6 +89,31 @@ const CASES: &[Case] = &[
         lossless: true,
     },
     Case {
+        name: "wav_f64_24k_mono",
+        source_rate: 24_000,
+        stereo: false,
+        args: &["-c:a", "pcm_f64le", "-f", "wav"],
+        pipe: false,
+        format: ContainerFormat::Wav,
+        codec: AudioCodec::Pcm,
+        rate: 24_000,
+        tolerance: 0.0,
+        lossless: true,
+    },
+    Case {
+        // Telephone audio: 8 kHz µ-law (companded, so not lossless).
+        name: "wav_mulaw_8k_mono",
+        source_rate: 8_000,
+        stereo: false,
+        args: &["-c:a", "pcm_mulaw", "-f", "wav"],
+        pipe: false,
+        format: ContainerFormat::Wav,
+        codec: AudioCodec::Pcm,
+        rate: 8_000,
+        tolerance: 0.0,
+        lossless: false,
+    },
+    Case {
         // Streamed WAV: ffmpeg cannot rewrite the sizes, so the header claims 4 GiB.
         name: "wav_s16_16k_piped",
         source_rate: 16_000,
@@ -225,6 +250,42 @@ const CASES: &[Case] = &[
         lossless: false,
     },
     Case {
+        name: "webm_vorbis_44k_mono",
+        source_rate: 44_100,
+        stereo: false,
+        args: &["-c:a", "libvorbis", "-q:a", "4", "-f", "webm"],
+        pipe: false,
+        format: ContainerFormat::WebM,
+        codec: AudioCodec::Vorbis,
+        rate: 44_100,
+        tolerance: 0.03,
+        lossless: false,
+    },
+    Case {
+        name: "mka_flac_48k_stereo",
+        source_rate: 48_000,
+        stereo: true,
+        args: &["-c:a", "flac", "-f", "matroska"],
+        pipe: false,
+        format: ContainerFormat::WebM,
+        codec: AudioCodec::Flac,
+        rate: 48_000,
+        tolerance: 0.0,
+        lossless: true,
+    },
+    Case {
+        name: "mka_pcm_s16_16k_mono",
+        source_rate: 16_000,
+        stereo: false,
+        args: &["-c:a", "pcm_s16le", "-f", "matroska"],
+        pipe: false,
+        format: ContainerFormat::WebM,
+        codec: AudioCodec::Pcm,
+        rate: 16_000,
+        tolerance: 0.0,
+        lossless: true,
+    },
+    Case {
         name: "ogg_vorbis_44k_stereo",
         source_rate: 44_100,
         stereo: true,
@@ -324,6 +385,10 @@ fn files() -> &'static [Vec<u8>] {
     })
 }
 
+fn case_index(name: &str) -> usize {
+    CASES.iter().position(|c| c.name == name).unwrap()
+}
+
 /// Amplitude of the `FREQ` component and the share of the signal's power it holds, over the
 /// middle 80 % (away from codec edge effects).
 fn tone(samples: &[f32], rate: u32) -> (f64, f64) {
@@ -415,11 +480,7 @@ fn every_format_resamples_to_model_rates() {
 #[test]
 fn resampling_a_decoded_clip_keeps_it_aligned() {
     // The 48 kHz WAV, resampled, against the same sine generated at the target rate.
-    let (i, _) = CASES
-        .iter()
-        .enumerate()
-        .find(|(_, c)| c.name == "wav_s32_48k_mono")
-        .unwrap();
+    let i = case_index("wav_s32_48k_mono");
     let a = decode(&files()[i], &LIMITS).unwrap();
     for rate in [16_000u32, 24_000, 44_100] {
         let y = resample(&a.samples, a.sample_rate, rate).unwrap();
@@ -433,8 +494,8 @@ fn resampling_a_decoded_clip_keeps_it_aligned() {
 }
 
 /// A refusal fit for a 400. A caught decoder panic counts (that is what the catch is for:
-/// e.g. symphonia's WAV reader overflows a u16 on a huge channel count, which panics in debug
-/// builds); a client error must never come out as `Internal`.
+/// e.g. symphonia's FLAC decoder adds with overflow on some corrupted frames, which panics in
+/// builds with overflow checks); a client error must never come out as `Internal`.
 fn is_clean_error(e: &AudioInputError) -> bool {
     if matches!(e, AudioInputError::DecoderPanic { .. }) {
         eprintln!("caught a decoder panic: {e}");
@@ -630,11 +691,7 @@ fn headers_claiming_huge_lengths_decode_what_is_there() {
     assert!(is_clean_error(&e), "{e:?}");
 
     // FLAC: STREAMINFO claiming 2^36 - 1 samples (about 17 days at 44.1 kHz).
-    let (i, _) = CASES
-        .iter()
-        .enumerate()
-        .find(|(_, c)| c.name == "flac_44k_stereo")
-        .unwrap();
+    let i = case_index("flac_44k_stereo");
     let mut f = files()[i].clone();
     // fLaC, block header (4), then STREAMINFO: total samples are the low 36 bits of bytes 13..18.
     f[8 + 13] |= 0x0f;

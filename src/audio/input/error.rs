@@ -23,7 +23,7 @@ pub enum AudioInputError {
     /// The first bytes match none of the containers this layer reads.
     #[error(
         "unrecognized audio format: expected WAV, MP3, FLAC, Ogg (Opus, Vorbis or FLAC) \
-         or WebM/Matroska (Opus or Vorbis)"
+         or WebM/Matroska (Opus, Vorbis, FLAC or PCM)"
     )]
     UnknownFormat,
     /// A known container holding something this layer does not decode (a codec, a channel
