@@ -5,24 +5,27 @@
 //! file name), decodes it, averages the channels to mono and returns the samples with their
 //! rate; [`resample`] and [`decode_to_rate`] bring them to the rate a model wants.
 //!
-//! | Container          | Codecs                      | Decoded by                         |
-//! |--------------------|-----------------------------|------------------------------------|
-//! | WAV (RIFF/WAVE)    | PCM 8–32 bit, float 32/64, A-law, µ-law | symphonia              |
-//! | MP3 (opt. ID3v2)   | MPEG layer III              | symphonia                          |
-//! | FLAC               | FLAC                        | symphonia                          |
-//! | Ogg                | Opus, Vorbis, FLAC          | symphonia (Opus: libopus, audiopus)|
-//! | WebM / Matroska    | Opus, Vorbis, FLAC, PCM     | symphonia (Opus: libopus, audiopus)|
+//! | Container        | Codecs                                  | Decoded by                          |
+//! |------------------|-----------------------------------------|-------------------------------------|
+//! | WAV (RIFF/WAVE)  | PCM 8–32 bit, float 32/64, A-law, µ-law | symphonia                           |
+//! | MP3 (opt. ID3v2) | MPEG layer III                          | symphonia                           |
+//! | FLAC             | FLAC                                    | symphonia                           |
+//! | Ogg              | Opus, Vorbis, FLAC                      | symphonia (Opus: libopus, audiopus) |
+//! | WebM / Matroska  | Opus, Vorbis, FLAC, PCM                 | symphonia (Opus: libopus, audiopus) |
 //!
 //! Opus is decoded at 48 kHz with the stream's pre-skip and output gain applied. Gapless
 //! trimming (MP3 encoder delay and padding, Vorbis and Ogg Opus end trimming) follows what the
 //! container records; WebM's end padding (`DiscardPadding`) is not read, so a WebM/Opus clip may
-//! keep up to one packet (20 ms) of padding at its end.
+//! keep up to one packet (20 ms) of padding at its end. A chained Ogg file yields its first
+//! stream; a file with several audio tracks yields its default one.
 //!
 //! Nothing here panics on bad input: a byte limit is checked before decoding, the duration
 //! limit while decoding (so no upload makes it allocate more than the limit allows), damaged
 //! packets are skipped but a stream of mostly damaged packets is refused, a truncated file
 //! decodes to what it holds, and a panic inside a third-party decoder is caught and returned
-//! as [`AudioInputError::DecoderPanic`]. Decoding is CPU work: call it from a blocking task
+//! as [`AudioInputError::DecoderPanic`] (symphonia 0.6.1's FLAC decoder has arithmetic
+//! overflows on some corrupted frames, which panic where overflow checks are on, as in debug
+//! and fuzz builds; the default panic hook still prints them to stderr). Decoding is CPU work: call it from a blocking task
 //! (`tokio::task::spawn_blocking`), not on an async thread.
 
 mod decode;
