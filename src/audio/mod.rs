@@ -12,6 +12,7 @@ use std::str::FromStr;
 #[cfg(feature = "aac")]
 mod aac;
 mod flac;
+pub mod input;
 pub mod join;
 mod mp3;
 mod opus;
