@@ -1,8 +1,9 @@
 # The two README commands: `make serve MODEL=DIR` and `make test`.
 SHELL := /bin/bash
-ENV := eval "$$(scripts/setup.sh --env)" &&
+# A failed set-up stops here (`eval "$(...)"` alone would carry on with an empty environment).
+ENV := setup_env=$$(scripts/setup.sh --env) && eval "$$setup_env" &&
 # Building and serving need only libtorch and cmake, not the tests' browser and SDK.
-BUILD_ENV := eval "$$(scripts/setup.sh --build-only --env)" &&
+BUILD_ENV := setup_env=$$(scripts/setup.sh --build-only --env) && eval "$$setup_env" &&
 
 .PHONY: setup build serve test test-avx2 test-aarch64 lint bench bench-load soak test-mlx fuzz
 
