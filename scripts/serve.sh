@@ -20,11 +20,14 @@ if [[ -z $MODEL ]]; then
       echo "make serve: no MODEL given and $HUB cannot be reached to fetch $REPO; pass a model folder: make serve MODEL=/path/to/${REPO#*/}" >&2
       exit 2
     fi
-    eval "$(scripts/setup.sh --build-only --env)"
+    setup_env=$(scripts/setup.sh --build-only --env)
+    eval "$setup_env"
     echo "[serve] no MODEL given: fetching $REPO into $MODEL" >&2
     cargo run --release -- download --repo "$REPO" --out "$MODEL"
     touch "$MODEL/.complete"
   fi
 fi
-eval "$(scripts/setup.sh --build-only --env)"
+# Assigned first, so a failed set-up stops here (set -e does not see into "$(...)" in eval).
+setup_env=$(scripts/setup.sh --build-only --env)
+eval "$setup_env"
 exec cargo run --release -- serve --model "$MODEL" "$@"
