@@ -224,6 +224,10 @@ fn make_serve_without_model_or_network_says_what_to_pass() {
         // A closed port: the hub is unreachable.
         .env("HF_ENDPOINT", "http://127.0.0.1:9")
         .env_remove("MODEL")
+        // As a top-level make, also when the suite itself runs under `make test`.
+        .env_remove("MAKELEVEL")
+        .env_remove("MAKEFLAGS")
+        .env_remove("MFLAGS")
         .output()
         .expect("make is needed for this test");
     assert!(!out.status.success());
