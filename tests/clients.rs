@@ -35,12 +35,7 @@ fn streamed_reference(server: &Server, mut body: Value, format: &str) -> Vec<u8>
     body["response_format"] = json!(format);
     body["stream_format"] = json!("audio");
     let reply = server.speech(body);
-    assert_eq!(
-        reply.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&reply.body)
-    );
+    reply.assert_ok();
     reply.body
 }
 
@@ -146,12 +141,7 @@ fn open_webui_lists_voices_without_its_key_and_gets_mp3() {
         &aiohttp,
         Some(&payload),
     );
-    assert_eq!(
-        reply.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&reply.body)
-    );
+    reply.assert_ok();
     assert_eq!(
         reply.header("content-type"),
         Some("audio/mpeg"),
@@ -217,12 +207,7 @@ fn librechat_authorization_undefined_and_concatenated_mp3_answers() {
         let mut body = json!({"input": chunk, "model": "tts-1", "voice": "alloy",
             "max_frames": 3, "seed": i});
         let reply = request(&server, "POST", "/v1/audio/speech", &axios, Some(&body));
-        assert_eq!(
-            reply.status,
-            200,
-            "{}",
-            String::from_utf8_lossy(&reply.body)
-        );
+        reply.assert_ok();
         assert_eq!(reply.header("content-type"), Some("audio/mpeg"));
         joined.extend_from_slice(&reply.body);
         body["response_format"] = json!("pcm");
@@ -265,12 +250,7 @@ fn sillytavern_empty_bearer_with_speed() {
         &node_fetch,
         Some(&body),
     );
-    assert_eq!(
-        reply.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&reply.body)
-    );
+    reply.assert_ok();
     assert_eq!(reply.header("content-type"), Some("audio/mpeg"));
     let (_, _, samples) = decode("mp3", &reply.body);
     body["response_format"] = json!("pcm");

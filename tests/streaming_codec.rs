@@ -5,6 +5,16 @@ use voxtral_tts::model::{Noise, SynthesisRequest, Voxtral};
 use voxtral_tts::tensor::{tch_backend::TchTensor, DType};
 use voxtral_tts::testmodel::{cached_test_model, Preset};
 
+/// A random test checkpoint of `preset` on the CPU.
+fn load(preset: Preset, dtype: DType) -> Voxtral<TchTensor> {
+    Voxtral::load(
+        &cached_test_model(preset, 0).unwrap(),
+        &tch::Device::Cpu,
+        dtype,
+    )
+    .unwrap()
+}
+
 fn codes(model: &Voxtral<TchTensor>, frames: usize) -> Vec<Vec<u32>> {
     // Random valid codes: more frames than a random model's synthesis reliably gives.
     let cfg = &model.config.args.multimodal.audio_model_args;
@@ -28,12 +38,7 @@ fn codes(model: &Voxtral<TchTensor>, frames: usize) -> Vec<Vec<u32>> {
 fn chunked_decode_equals_one_shot_for_several_chunk_sizes() {
     let _guard = tch::no_grad_guard();
     for preset in [Preset::Tiny, Preset::TinyOdd] {
-        let model = Voxtral::<TchTensor>::load(
-            &cached_test_model(preset, 0).unwrap(),
-            &tch::Device::Cpu,
-            DType::F32,
-        )
-        .unwrap();
+        let model = load(preset, DType::F32);
         let all = codes(&model, 90);
         let one_shot = model.decode(&all).unwrap();
         assert!(
@@ -67,12 +72,7 @@ fn chunked_decode_equals_one_shot_for_several_chunk_sizes() {
 fn too_little_context_would_differ() {
     // The equality above is not vacuous: decoding a chunk without its context changes it.
     let _guard = tch::no_grad_guard();
-    let model = Voxtral::<TchTensor>::load(
-        &cached_test_model(Preset::Tiny, 0).unwrap(),
-        &tch::Device::Cpu,
-        DType::F32,
-    )
-    .unwrap();
+    let model = load(Preset::Tiny, DType::F32);
     let all = codes(&model, 60);
     let one_shot = model.decode(&all).unwrap();
     let alone = model.decode(&all[50..]).unwrap();
@@ -124,12 +124,7 @@ fn streaming_request() -> SynthesisRequest {
 #[test]
 fn streamed_synthesis_matches_one_shot() {
     let _guard = tch::no_grad_guard();
-    let model = Voxtral::<TchTensor>::load(
-        &cached_test_model(Preset::Tiny, 0).unwrap(),
-        &tch::Device::Cpu,
-        DType::F32,
-    )
-    .unwrap();
+    let model = load(Preset::Tiny, DType::F32);
     let diff = streamed_against_one_shot(&model, &streaming_request());
     assert!(diff <= 1e-4, "max abs diff {diff}");
 }
@@ -140,12 +135,7 @@ fn streamed_synthesis_matches_one_shot() {
 fn streamed_synthesis_matches_one_shot_in_bf16_mode() {
     let _guard = tch::no_grad_guard();
     for preset in [Preset::Tiny, Preset::TinyOdd] {
-        let model = Voxtral::<TchTensor>::load(
-            &cached_test_model(preset, 0).unwrap(),
-            &tch::Device::Cpu,
-            DType::BF16,
-        )
-        .unwrap();
+        let model = load(preset, DType::BF16);
         let mut request = streaming_request();
         request.voice = model.voices().next().unwrap().to_string();
         let diff = streamed_against_one_shot(&model, &request);

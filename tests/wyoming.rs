@@ -30,12 +30,7 @@ fn http_pcm(server: &Server, text: &str, voice: &str) -> Vec<u8> {
     let body = json!({"model": "tts-1", "input": text, "voice": voice, "response_format": "pcm",
         "stream_format": "audio", "seed": 23, "max_frames": 10});
     let reply = server.speech(body);
-    assert_eq!(
-        reply.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&reply.body)
-    );
+    reply.assert_ok();
     reply.body
 }
 

@@ -165,6 +165,11 @@ impl Reply {
             .map(|(_, v)| v.as_str())
     }
 
+    /// Asserts a 200, showing the body otherwise.
+    pub fn assert_ok(&self) {
+        assert_eq!(self.status, 200, "{}", String::from_utf8_lossy(&self.body));
+    }
+
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or_else(|e| {
             panic!("{e}: {}", String::from_utf8_lossy(&self.body));
