@@ -5,14 +5,14 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;
-use voxtral_tts::model::{Noise, SynthesisRequest, Voxtral};
+use voxtral_tts::models::voxtral_tts::{Noise, SynthesisRequest, Voxtral};
 use voxtral_tts::tensor::{tch_backend::TchTensor, DType};
 use voxtral_tts::testmodel::{cached_test_model, Preset};
 
 fn tokenizer(c: &mut Criterion) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".deps/ref/tekken_240911.json");
-    let tok =
-        voxtral_tts::model::tokenizer::Tekken::from_file(&dir).expect("run scripts/setup.sh first");
+    let tok = voxtral_tts::tokenizers::tekken::Tekken::from_file(&dir)
+        .expect("run scripts/setup.sh first");
     let base = "Bonjour tout le monde ! The quick brown fox, 3.14 😀 中文 — ";
     let text: String = base.chars().cycle().take(4096).collect();
     c.bench_function("tokenizer/encode 4096 chars (131k vocab)", |b| {

@@ -3,9 +3,9 @@
 //! voices as both PyTorch-zip `.pt` and `.safetensors`. Deterministic per seed: every tensor
 //! draws from its own stream, seeded by the run seed and the tensor's key.
 
-use crate::model::params::{Config, ModelArgs};
-use crate::model::tokenizer::write_test_tekken;
-use crate::model::voices::VOICE_DIR;
+use crate::models::voxtral_tts::params::{Config, ModelArgs};
+use crate::models::voxtral_tts::voices::VOICE_DIR;
+use crate::tokenizers::tekken::write_test_tekken;
 use anyhow::{Context, Result};
 use rand::{Rng, SeedableRng};
 use serde_json::json;

@@ -4,10 +4,10 @@
 
 use std::time::Instant;
 use voxtral_tts::device::DeviceChoice;
-use voxtral_tts::infer::{
+use voxtral_tts::models::voxtral_tts::{Generation, Noise, SynthesisRequest, Voxtral};
+use voxtral_tts::scheduler::{
     start_worker, BatchSettings, JobEvent, JobOptions, StreamSettings, WorkerSettings,
 };
-use voxtral_tts::model::{Generation, Noise, SynthesisRequest, Voxtral};
 use voxtral_tts::tensor::{tch_backend::TchTensor, DType, Tensor};
 use voxtral_tts::testmodel::{cached_test_model, Preset};
 

@@ -1,10 +1,11 @@
 //! Strict loading: every malformed model folder is an error that names the file and the key.
 
 use std::path::{Path, PathBuf};
-use voxtral_tts::model::voices::load_voices;
-use voxtral_tts::model::{tokenizer::Tekken, LoadError, Voxtral};
+use voxtral_tts::models::voxtral_tts::voices::load_voices;
+use voxtral_tts::models::voxtral_tts::{LoadError, Voxtral};
 use voxtral_tts::tensor::{tch_backend::TchTensor, DType};
 use voxtral_tts::testmodel::{cached_test_model, Preset};
+use voxtral_tts::tokenizers::tekken::Tekken;
 
 /// A private copy of the tiny test model that a test may break.
 fn broken_copy() -> (tempfile::TempDir, PathBuf) {

@@ -1,7 +1,7 @@
 //! Incremental codec decoding: chunks decoded with left context and concatenated equal the
 //! one-shot decode (the codec is causal; its receptive field is about 20 frames).
 
-use voxtral_tts::model::{Noise, SynthesisRequest, Voxtral};
+use voxtral_tts::models::voxtral_tts::{Noise, SynthesisRequest, Voxtral};
 use voxtral_tts::tensor::{tch_backend::TchTensor, DType};
 use voxtral_tts::testmodel::{cached_test_model, Preset};
 

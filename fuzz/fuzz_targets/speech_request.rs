@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use voxtral_tts::infer::ModelInfo;
+use voxtral_tts::scheduler::ModelInfo;
 use voxtral_tts::server::parse_speech_body;
 use voxtral_tts::testmodel::PRESET_VOICES;
 

@@ -1,4 +1,4 @@
-//! `model::tokenizer::Tekken::encode` (regex pre-tokenizer + byte-level BPE) on arbitrary
+//! `tokenizers::tekken::Tekken::encode` (regex pre-tokenizer + byte-level BPE) on arbitrary
 //! UTF-8, with the real 131k vocabulary.
 //!
 //! The vocabulary: `$VOXTRAL_TEKKEN` if set, else `.deps/ref/tekken_240911.json` (installed
@@ -13,7 +13,7 @@ use libfuzzer_sys::fuzz_target;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use voxtral_tts::model::tokenizer::{write_test_tekken, Tekken};
+use voxtral_tts::tokenizers::tekken::{write_test_tekken, Tekken};
 
 struct Vocab {
     tekken: Tekken,

@@ -1,4 +1,4 @@
-//! `model::voices::read_pt_from`: the `.pt` voice reader (PyTorch zip; the pickle is only
+//! `models::voxtral_tts::voices::read_pt_from`: the `.pt` voice reader (PyTorch zip; the pickle is only
 //! searched, never run) on arbitrary bytes.
 //!
 //! Input: bytes 0..4 are the expected row count and 4..8 the width (u32 little-endian, as
@@ -8,7 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use std::io::Cursor;
-use voxtral_tts::model::voices::read_pt_from;
+use voxtral_tts::models::voxtral_tts::voices::read_pt_from;
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 8 {

@@ -3,8 +3,8 @@
 
 use super::synth::parse_dtype;
 use crate::device::{Backend, DeviceChoice};
-use crate::model::params::Config;
-use crate::model::{Generation, Noise, StageTimes, SynthesisRequest, Voxtral};
+use crate::models::voxtral_tts::params::Config;
+use crate::models::voxtral_tts::{Generation, Noise, StageTimes, SynthesisRequest, Voxtral};
 use crate::tensor::cpu_gemv::{peak_f32_flops, Variant};
 #[cfg(feature = "mlx")]
 use crate::tensor::mlx_backend::MlxTensor;

@@ -2,7 +2,7 @@
 
 use crate::audio::{encode_audio, AudioFormat};
 use crate::device::{Backend, DeviceChoice};
-use crate::model::{Noise, SynthesisRequest, Voxtral, DEFAULT_MAX_FRAMES};
+use crate::models::voxtral_tts::{Noise, SynthesisRequest, Voxtral, DEFAULT_MAX_FRAMES};
 #[cfg(feature = "mlx")]
 use crate::tensor::mlx_backend::MlxTensor;
 use crate::tensor::tch_backend::TchTensor;

@@ -1,7 +1,7 @@
 //! Prometheus metrics: the recorder, the HTTP request counter, and descriptions of every
 //! metric (the inference worker records its own under `infer::metric_names`).
 
-use crate::infer::metric_names as engine;
+use crate::scheduler::metric_names as engine;
 use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;
 use axum::response::Response;

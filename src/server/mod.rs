@@ -1,4 +1,4 @@
-//! The HTTP layer: OpenAI's speech API in front of the inference worker (`crate::infer`).
+//! The HTTP layer: OpenAI's speech API in front of the inference worker (`crate::scheduler`).
 //!
 //! A speech request's path: `layers` (request id, trace, CORS, metrics, error bodies, timeout,
 //! body limit) -> `drain` and `auth` (the /v1 routes) -> `routes::speech` -> `infer` queue and
@@ -16,7 +16,7 @@ mod voice_catalog;
 mod wyoming;
 
 use crate::config::ServerConfig;
-use crate::infer::{start_worker, BatchSettings, EngineState, StreamSettings, WorkerSettings};
+use crate::scheduler::{start_worker, BatchSettings, EngineState, StreamSettings, WorkerSettings};
 use anyhow::{anyhow, Context};
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, Request, StatusCode};

@@ -3,7 +3,7 @@
 use super::drain::Drain;
 use super::error::ApiError;
 use crate::config::ServerConfig;
-use crate::infer::{EngineState, JobQueue, ModelInfo};
+use crate::scheduler::{EngineState, JobQueue, ModelInfo};
 use axum::http::StatusCode;
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! The small tensor interface the model is written against.
 //!
-//! The model code (`crate::model`) only uses these operations, so a backend (libtorch, and MLX
+//! The model code (`crate::models::voxtral_tts`) only uses these operations, so a backend (libtorch, and MLX
 //! behind the `mlx` feature) implements this trait once. Layout conventions are fixed here, and
 //! a backend converts internally: sequences are `[batch, time, channels]` (NLC) everywhere,
 //! attention tensors are `[batch, heads, time, head_dim]`, linear weights are `[out, in]`, and

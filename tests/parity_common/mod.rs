@@ -9,7 +9,7 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use voxtral_tts::model::{Noise, StopReason, Synthesis, SynthesisRequest, Voxtral};
+use voxtral_tts::models::voxtral_tts::{Noise, StopReason, Synthesis, SynthesisRequest, Voxtral};
 use voxtral_tts::tensor::{DType, Tensor};
 use voxtral_tts::testmodel::{cached_test_model, Preset};
 

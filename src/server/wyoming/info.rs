@@ -2,7 +2,7 @@
 //! the voice a request without one gets.
 
 use crate::cli::DEFAULT_MODEL_REPO;
-use crate::infer::ModelInfo;
+use crate::scheduler::ModelInfo;
 use crate::server::voice_catalog::preset_info;
 use serde_json::{json, Value};
 

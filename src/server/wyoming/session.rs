@@ -9,7 +9,7 @@
 use super::event::{read_event, write_event, Event, ReadError};
 use super::info::{default_voice, info};
 use crate::audio::{stream_encoder, AudioFormat};
-use crate::infer::{EngineState, JobEvent, JobOptions, ModelInfo};
+use crate::scheduler::{EngineState, JobEvent, JobOptions, ModelInfo};
 use crate::server::drain::InFlight;
 use crate::server::error::ApiError;
 use crate::server::parse_speech_body;

@@ -9,8 +9,8 @@ pub use request::{Speech, StreamFormat};
 use crate::audio::{
     encode_audio, stream_encoder, time_stretch, AudioError, AudioFormat, StreamEncoder,
 };
-use crate::infer::{JobError, JobEvent, JobOptions, JobSummary, ModelInfo, SubmitError};
-use crate::model::{SynthError, SynthesisRequest};
+use crate::models::voxtral_tts::{SynthError, SynthesisRequest};
+use crate::scheduler::{JobError, JobEvent, JobOptions, JobSummary, ModelInfo, SubmitError};
 use crate::server::error::{ApiError, ErrorDetail, ErrorResponse};
 use crate::server::json::JsonBody;
 use crate::server::metrics::{QUEUE_WAIT, TIME_TO_FIRST_AUDIO};
@@ -424,7 +424,7 @@ fn push_event(body: &mut String, event: &SseEvent) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::StopReason;
+    use crate::models::voxtral_tts::StopReason;
     use std::time::Duration;
 
     #[test]

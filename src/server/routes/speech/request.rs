@@ -2,8 +2,8 @@
 //! validation into a job for the worker.
 
 use crate::audio::AudioFormat;
-use crate::infer::ModelInfo;
-use crate::model::{Noise, SynthesisRequest, DEFAULT_MAX_FRAMES};
+use crate::models::voxtral_tts::{Noise, SynthesisRequest, DEFAULT_MAX_FRAMES};
+use crate::scheduler::ModelInfo;
 use crate::server::error::ApiError;
 use crate::server::voice_catalog;
 use serde::Deserialize;

@@ -1,7 +1,7 @@
 //! Building blocks shared by the backbone, the flow head and the codec.
 
 use super::checkpoint::Checkpoint;
-use super::error::LoadError;
+use super::LoadError;
 use crate::tensor::{DType, Tensor};
 
 /// What every loader needs: the checkpoint, the device and the compute dtype.

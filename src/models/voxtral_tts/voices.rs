@@ -2,7 +2,7 @@
 //! raw tensor; the pickle is never executed) or `<name>.safetensors` (key `embedding`).
 //! Each is `[N, dim]` with N = `tekken.json` `audio.voice_num_audio_tokens[name]`.
 
-use super::error::LoadError;
+use crate::nn::LoadError;
 use safetensors::{Dtype as StDtype, SafeTensors};
 use std::collections::BTreeMap;
 use std::io::{Read, Seek};

@@ -2,10 +2,10 @@
 //! Dequantize (semantic table | FSQ levels), a causal conv, then transformer stages with
 //! ALiBi sliding-window attention and 2x transposed-conv upsampling, then a patch projection.
 
-use super::checkpoint::Checkpoint;
-use super::error::LoadError;
-use super::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
 use super::params::{Config, NUM_AUDIO_SPECIAL_CODES};
+use crate::nn::checkpoint::Checkpoint;
+use crate::nn::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
+use crate::nn::LoadError;
 use crate::tensor::{ConvKind, DType, PadMode, Tensor};
 use std::collections::HashMap;
 

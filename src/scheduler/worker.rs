@@ -7,7 +7,7 @@ use super::metric_names;
 use super::queue::JobQueue;
 use crate::audio;
 use crate::device::{Backend, DeviceChoice};
-use crate::model::{Generation, Voxtral};
+use crate::models::voxtral_tts::{Generation, Voxtral};
 use crate::tensor::cpu_gemv::Variant;
 #[cfg(feature = "mlx")]
 use crate::tensor::mlx_backend::MlxTensor;

@@ -3,23 +3,19 @@
 //! A request's path: `prompt` (tokenizer + voice rows) -> `backbone` prefill -> per frame:
 //! `flow_head` (codes) -> audio-embedding feedback -> `backbone` step; then `codec`.
 
-pub mod backbone;
-pub mod checkpoint;
 pub mod codec;
-pub mod error;
 pub mod flow_head;
-pub mod layers;
 pub mod params;
-pub mod tokenizer;
 pub mod voices;
 
+use crate::nn::checkpoint::Checkpoint;
+use crate::nn::decoder::{Decoder, KvCache};
+use crate::nn::layers::Loader;
+pub use crate::nn::LoadError;
 use crate::tensor::{DType, Tensor};
-use backbone::{Backbone, KvCache};
-use checkpoint::Checkpoint;
+use crate::tokenizers::tekken::Tekken;
 use codec::{Codec, CodecError};
-pub use error::LoadError;
 use flow_head::FlowHead;
-use layers::Loader;
 use params::{Config, END_AUDIO_CODE};
 use rand::SeedableRng;
 use rand_distr::Distribution;
@@ -27,7 +23,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokenizer::Tekken;
 use voices::Voice;
 
 /// Default and hard cap on generated frames (2048 frames = 163.84 s).
@@ -128,7 +123,7 @@ pub struct Voxtral<T: Tensor> {
     voices: BTreeMap<String, Voice>,
     tok_embeddings: T,
     audio_embeddings: T,
-    backbone: Backbone<T>,
+    backbone: Decoder<T>,
     flow: FlowHead<T>,
     codec: Codec<T>,
     device: T::Device,
@@ -183,7 +178,7 @@ impl<T: Tensor> Voxtral<T> {
             "mm_audio_embeddings.audio_codebook_embeddings.embeddings.weight",
             &[config.audio_embedding_rows, a.dim],
         )?;
-        let backbone = Backbone::load(&l, &config)?;
+        let backbone = Decoder::load(&l, "", &config.decoder_dims())?;
         let flow = FlowHead::load(&l, &config)?;
         // The codec's weights are small, and bf16 convolutions have no fast path on most CPUs
         // (55x slower than f32 without AVX512-BF16): on a CPU it computes in f32, which also

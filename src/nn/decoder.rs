@@ -1,10 +1,23 @@
-//! The Mistral decoder backbone: pre-norm layers with interleaved RoPE, GQA and a
-//! preallocated KV cache. Returns the final-normed hidden states.
+//! The Mistral-style decoder: pre-norm layers with interleaved RoPE, GQA, SwiGLU and a
+//! preallocated KV cache. Returns the final-normed hidden states. Voxtral TTS's backbone is
+//! one; Voxtral Realtime's text decoder has the same shape.
 
-use super::error::LoadError;
 use super::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
-use super::params::Config;
+use super::LoadError;
 use crate::tensor::{DType, Tensor};
+
+/// The decoder's sizes, as Mistral's params.json names them.
+#[derive(Clone, Copy, Debug)]
+pub struct DecoderDims {
+    pub dim: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub hidden_dim: usize,
+    pub norm_eps: f64,
+    pub rope_theta: f64,
+}
 
 struct Layer<T> {
     attention_norm: RmsNorm<T>,
@@ -13,7 +26,7 @@ struct Layer<T> {
     feed_forward: FeedForward<T>,
 }
 
-pub struct Backbone<T> {
+pub struct Decoder<T> {
     layers: Vec<Layer<T>>,
     norm: RmsNorm<T>,
     rope_theta: f64,
@@ -27,12 +40,12 @@ pub struct KvCache<T> {
     capacity: usize,
 }
 
-impl<T: Tensor> Backbone<T> {
-    pub fn load(l: &Loader<T>, cfg: &Config) -> Result<Self, LoadError> {
-        let a = &cfg.args;
+impl<T: Tensor> Decoder<T> {
+    /// Loads `{prefix}layers.{i}.*` and `{prefix}norm.weight`.
+    pub fn load(l: &Loader<T>, prefix: &str, a: &DecoderDims) -> Result<Self, LoadError> {
         let layers = (0..a.n_layers)
             .map(|i| {
-                let p = format!("layers.{i}");
+                let p = format!("{prefix}layers.{i}");
                 Ok(Layer {
                     attention_norm: RmsNorm::load(
                         l,
@@ -58,9 +71,9 @@ impl<T: Tensor> Backbone<T> {
                 })
             })
             .collect::<Result<Vec<_>, LoadError>>()?;
-        Ok(Backbone {
+        Ok(Decoder {
             layers,
-            norm: RmsNorm::load(l, "norm.weight", a.dim, a.norm_eps)?,
+            norm: RmsNorm::load(l, &format!("{prefix}norm.weight"), a.dim, a.norm_eps)?,
             rope_theta: a.rope_theta,
         })
     }

@@ -2,9 +2,9 @@
 //! Semantic code by masked argmax (f32); acoustic codes by 7 Euler steps of a 3-layer
 //! bidirectional transformer with classifier-free guidance, then FSQ rounding.
 
-use super::error::LoadError;
-use super::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
 use super::params::{Config, END_AUDIO_CODE, NUM_AUDIO_SPECIAL_CODES};
+use crate::nn::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
+use crate::nn::LoadError;
 use crate::tensor::{DType, Tensor};
 
 /// Classifier-free guidance weight of the conditional velocity.

@@ -1,7 +1,7 @@
 //! The bounded queue in front of the inference worker.
 
 use super::job::{JobEvent, JobOptions, SpeechJob};
-use crate::model::SynthesisRequest;
+use crate::models::voxtral_tts::SynthesisRequest;
 use std::time::Instant;
 use tokio::sync::mpsc::{self, error::TrySendError, UnboundedReceiver};
 

@@ -1,7 +1,7 @@
 //! `consolidated.safetensors`, memory-mapped. Tensors are fetched by key with their expected
 //! shape; every mismatch is an error naming the file and the key.
 
-use super::error::LoadError;
+use super::LoadError;
 use crate::tensor::{DType, RawTensor, Tensor};
 use memmap2::Mmap;
 use safetensors::{Dtype as StDtype, SafeTensors};

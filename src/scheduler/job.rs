@@ -1,6 +1,6 @@
 //! A speech job and the events the worker sends back for it.
 
-use crate::model::{StopReason, SynthError, SynthesisRequest};
+use crate::models::voxtral_tts::{StopReason, SynthError, SynthesisRequest};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 

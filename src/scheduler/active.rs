@@ -5,7 +5,7 @@ use super::job::{JobEvent, JobSummary, SpeechJob};
 use super::metric_names;
 use super::worker::StreamSettings;
 use crate::audio::{self, join::SegmentJoiner};
-use crate::model::{Generation, Noise, StopReason, SynthError, Voxtral};
+use crate::models::voxtral_tts::{Generation, Noise, StopReason, SynthError, Voxtral};
 use crate::tensor::Tensor;
 use std::time::Instant;
 

@@ -1,7 +1,8 @@
 //! `params.json`: Mistral-format model arguments. Structs mirror the JSON; absent fields take
 //! the reference's defaults. `Config::from_file` validates and derives what the model needs.
 
-use super::error::LoadError;
+use crate::nn::decoder::DecoderDims;
+use crate::nn::LoadError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -307,6 +308,21 @@ fn parse_int_list(s: &str, file: &str, key: &str) -> Result<Vec<usize>, LoadErro
 }
 
 impl Config {
+    /// The backbone's sizes.
+    pub fn decoder_dims(&self) -> DecoderDims {
+        let a = &self.args;
+        DecoderDims {
+            dim: a.dim,
+            n_layers: a.n_layers,
+            n_heads: a.n_heads,
+            n_kv_heads: a.n_kv_heads,
+            head_dim: a.head_dim,
+            hidden_dim: a.hidden_dim,
+            norm_eps: a.norm_eps,
+            rope_theta: a.rope_theta,
+        }
+    }
+
     pub fn from_file(path: &Path) -> Result<Self, LoadError> {
         let text = std::fs::read_to_string(path).map_err(|e| LoadError::io(path, e))?;
         Self::from_json(&text, &path.display().to_string())

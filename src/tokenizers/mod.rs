@@ -1,0 +1,3 @@
+//! Tokenizers shared by model families: Mistral's Tekken (tekken.json).
+
+pub mod tekken;
