@@ -21,9 +21,13 @@ pub const ENV_PREFIX: &str = "VOXTRAL_";
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
-    /// Model folder; required, but may come from any source.
-    pub model: Option<PathBuf>,
-    pub model_id: String,
+    /// Model folders, one inference worker each; at least one, from any source.
+    #[serde(default, deserialize_with = "path_list")]
+    pub model: Vec<PathBuf>,
+    /// The ids the models are served under, in the order of `model`; a model without one is
+    /// named after its folder.
+    #[serde(deserialize_with = "string_list")]
+    pub model_id: Vec<String>,
     pub host: String,
     pub port: u16,
     #[serde(deserialize_with = "parse_with_from_str")]
@@ -57,7 +61,9 @@ pub struct ServerConfig {
     pub log_format: LogFormat,
     /// TCP port of the Wyoming protocol listener (Home Assistant); `None` = off.
     pub wyoming_port: Option<u16>,
-    /// Tests only: the worker panics on a request whose input is exactly this.
+    /// Tests only, and only in debug builds (a release build rejects the setting): the
+    /// worker panics on a request whose input contains this.
+    #[cfg(debug_assertions)]
     pub test_panic_on_input: Option<String>,
 }
 
@@ -113,8 +119,8 @@ impl fmt::Debug for ApiKeys {
 /// Settings given as flags: only those present override the other sources.
 #[derive(Debug, Default, Serialize)]
 pub struct FlagOverrides {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub model: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub model: Vec<PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -127,6 +133,10 @@ pub enum ConfigError {
     Invalid(#[from] Box<figment::Error>),
     #[error("no model folder: pass --model DIR or set {ENV_PREFIX}MODEL")]
     NoModel,
+    #[error("model_id lists {ids} ids for {models} model folders")]
+    TooManyIds { ids: usize, models: usize },
+    #[error("two models are served as {0:?}: give each its own model_id")]
+    DuplicateId(String),
     #[error("{key} must be at least 1")]
     Zero { key: &'static str },
 }
@@ -152,8 +162,22 @@ impl ServerConfig {
 
     pub fn from_figment(figment: Figment) -> Result<Self, ConfigError> {
         let config: ServerConfig = figment.extract().map_err(Box::new)?;
-        if config.model.is_none() {
+        if config.model.is_empty() {
             return Err(ConfigError::NoModel);
+        }
+        if config.model_id.len() > config.model.len() {
+            return Err(ConfigError::TooManyIds {
+                ids: config.model_id.len(),
+                models: config.model.len(),
+            });
+        }
+        let ids: Vec<String> = config.models().into_iter().map(|(id, _)| id).collect();
+        if let Some(dup) = ids
+            .iter()
+            .enumerate()
+            .find(|(i, id)| ids[..*i].contains(id))
+        {
+            return Err(ConfigError::DuplicateId(dup.1.clone()));
         }
         for (key, value) in [
             ("queue_capacity", config.queue_capacity),
@@ -170,6 +194,23 @@ impl ServerConfig {
             }
         }
         Ok(config)
+    }
+
+    /// Each model's id and folder, in order (the first is the default model).
+    pub fn models(&self) -> Vec<(String, PathBuf)> {
+        self.model
+            .iter()
+            .enumerate()
+            .map(|(i, dir)| {
+                let id = self.model_id.get(i).cloned().unwrap_or_else(|| {
+                    dir.file_name().map_or_else(
+                        || dir.display().to_string(),
+                        |name| name.to_string_lossy().into_owned(),
+                    )
+                });
+                (id, dir.clone())
+            })
+            .collect()
     }
 
     pub fn request_timeout(&self) -> Duration {
@@ -239,6 +280,11 @@ fn string_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error>
     d.deserialize_any(ListVisitor)
 }
 
+/// Paths as [`string_list`] reads them: a TOML array, or one comma-separated string.
+fn path_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PathBuf>, D::Error> {
+    Ok(string_list(d)?.into_iter().map(PathBuf::from).collect())
+}
+
 /// The field names serde's derive gives a struct, read by asking it to deserialize from a
 /// deserializer that records them: the one list of settings, with no copy to keep in sync.
 fn field_names<T: for<'de> Deserialize<'de>>() -> &'static [&'static str] {
@@ -292,7 +338,7 @@ mod tests {
     fn defaults_then_file_then_env_then_flags() {
         Jail::expect_with(|jail| {
             let flags = FlagOverrides {
-                model: Some("/flag/model".into()),
+                model: vec!["/flag/model".into()],
                 ..Default::default()
             };
             let c = load_in(jail, None, &flags);
@@ -304,7 +350,7 @@ mod tests {
             let file = "port = 9000\nqueue_capacity = 3\ndevice = \"cpu\"\nmodel = \"/file\"";
             let c = load_in(jail, Some(file), &FlagOverrides::default());
             assert_eq!((c.port, c.queue_capacity), (9000, 3));
-            assert_eq!(c.model.as_deref(), Some(Path::new("/file")));
+            assert_eq!(c.model, [Path::new("/file")]);
 
             jail.set_env("VOXTRAL_PORT", "9100");
             jail.set_env("VOXTRAL_DEVICE", "cuda:1");
@@ -320,7 +366,25 @@ mod tests {
             };
             let c = load_in(jail, Some(file), &flags);
             assert_eq!((c.host.as_str(), c.port), ("0.0.0.0", 9200));
-            assert_eq!(c.model.as_deref(), Some(Path::new("/flag/model")));
+            assert_eq!(c.model, [Path::new("/flag/model")]);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn several_models_get_their_ids_in_order() {
+        Jail::expect_with(|jail| {
+            let file = "model = [\"/m/voxtral\", \"/m/second\"]\nmodel_id = \"main\"";
+            let c = load_in(jail, Some(file), &FlagOverrides::default());
+            let ids: Vec<String> = c.models().into_iter().map(|(id, _)| id).collect();
+            assert_eq!(ids, ["main", "second"]);
+            jail.set_env("VOXTRAL_MODEL", "/a/x,/b/x");
+            jail.set_env("VOXTRAL_MODEL_ID", "");
+            let err = ServerConfig::load(None, &FlagOverrides::default()).unwrap_err();
+            assert!(err.to_string().contains("\"x\""), "{err}");
+            jail.set_env("VOXTRAL_MODEL_ID", "one,two,three");
+            let err = ServerConfig::load(None, &FlagOverrides::default()).unwrap_err();
+            assert!(matches!(err, ConfigError::TooManyIds { ids: 3, models: 2 }));
             Ok(())
         });
     }

@@ -13,6 +13,7 @@ pub mod audio;
 pub mod cli;
 pub mod config;
 pub mod device;
+pub mod engine;
 pub mod models;
 pub mod nn;
 pub mod scheduler;

@@ -4,9 +4,11 @@
 
 use std::time::Instant;
 use voxtral_tts::device::DeviceChoice;
+use voxtral_tts::engine::{prepare_speech, PreparedSpeech, Sampling, SpeechInput};
 use voxtral_tts::models::voxtral_tts::{Generation, Noise, SynthesisRequest, Voxtral};
 use voxtral_tts::scheduler::{
-    start_worker, BatchSettings, JobEvent, JobOptions, StreamSettings, WorkerSettings,
+    start_worker, BatchSettings, EngineState, JobEvent, JobOptions, LoadedModel, StreamSettings,
+    WorkerSettings,
 };
 use voxtral_tts::tensor::{tch_backend::TchTensor, DType, Tensor};
 use voxtral_tts::testmodel::{cached_test_model, Preset};
@@ -151,22 +153,29 @@ fn run_worker_with(
     options: JobOptions,
 ) -> Vec<Outcome> {
     let settings = WorkerSettings {
+        model_id: "tiny".into(),
         model_dir: cached_test_model(Preset::Tiny, 0).unwrap(),
         device: DeviceChoice::Cpu,
         dtype: DType::F32,
         threads: 0,
         panic_on_input: None,
-        // Short segments: the longer texts are spoken as two or three generations.
-        streaming: StreamSettings {
-            segment_chars: 24,
-            ..StreamSettings::default()
-        },
+        streaming: StreamSettings::default(),
         batching,
     };
-    let (queue, _state, worker) = start_worker(settings, 16).unwrap();
-    let receivers: Vec<_> = jobs
-        .iter()
-        .map(|r| (Instant::now(), queue.submit(r.clone(), options).unwrap()))
+    let (queue, mut state, worker) = start_worker(settings, 16).unwrap();
+    let loaded = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(state.wait_for(|s| !matches!(s, EngineState::Loading)))
+        .unwrap()
+        .clone();
+    let EngineState::Ready(model) = loaded else {
+        panic!("the model did not load")
+    };
+    let prepared: Vec<_> = jobs.iter().map(|r| prepare(&model, r)).collect();
+    let receivers: Vec<_> = prepared
+        .into_iter()
+        .map(|p| (Instant::now(), queue.submit(p, options).unwrap()))
         .collect();
     drop(queue);
     let collectors: Vec<_> = receivers
@@ -177,6 +186,7 @@ fn run_worker_with(
                 loop {
                     match events.blocking_recv().expect("the job ends with Done") {
                         JobEvent::Started { queued } => started = Some(submitted + queued),
+                        JobEvent::Progress { .. } => {}
                         JobEvent::Audio(chunk) => {
                             chunks.push(chunk.len());
                             pcm.extend(chunk);
@@ -200,6 +210,26 @@ fn run_worker_with(
     let outcomes = collectors.into_iter().map(|c| c.join().unwrap()).collect();
     worker.join().unwrap();
     outcomes
+}
+
+/// A request as the server prepares it, with short segments: the longer texts are spoken as
+/// two or three generations.
+fn prepare(model: &LoadedModel, r: &SynthesisRequest) -> PreparedSpeech {
+    let Noise::Seeded { seed, scale } = r.noise else {
+        panic!("the worker samples from seeds")
+    };
+    let input = SpeechInput {
+        text: r.text.clone(),
+        voice: r.voice.clone(),
+        max_frames: r.max_frames,
+        sampling: Sampling {
+            seed,
+            noise_scale: scale,
+        },
+        normalize: true,
+        segment_chars: 24,
+    };
+    prepare_speech(&*model.preparer, model.card.max_frames, input).unwrap()
 }
 
 /// Four jobs of different lengths, voices, noise and segment counts.

@@ -191,3 +191,15 @@ fn load_error_is_a_value_not_a_panic() {
     .unwrap();
     assert!(err.to_string().contains("/nonexistent/model/params.json"));
 }
+
+#[test]
+fn params_token_ids_must_agree_with_tekken() {
+    let (_tmp, dir) = broken_copy();
+    edit_json(&dir.join("params.json"), |v| {
+        v["multimodal"]["audio_model_args"]["audio_token_id"] = 7.into();
+    });
+    assert_names(
+        &load_error(&dir),
+        &["params.json", "audio_token_id", "tekken.json"],
+    );
+}

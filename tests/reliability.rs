@@ -104,8 +104,8 @@ fn a_hundred_mid_stream_disconnects_leave_no_stuck_slot() {
     });
     server.wait_for("the batch to empty", || {
         let text = server.metrics();
-        metric(&text, "voxtral_batch_size", &[]) == Some(0.0)
-            && metric(&text, "voxtral_kv_cache_reserved_bytes", &[]) == Some(0.0)
+        metric(&text, "speech_batch_size", &[]) == Some(0.0)
+            && metric(&text, "speech_kv_cache_reserved_bytes", &[]) == Some(0.0)
     });
     let started = Instant::now();
     assert_healthy(&server);
@@ -124,7 +124,7 @@ fn sigterm_under_load_finishes_every_accepted_request_and_exits_zero() {
         .map(|i| pcm_samples(&server.speech(speech_body("onyx", "pcm", i, 60))).len())
         .collect();
     let server_ref = &server;
-    let before = metric(&server.metrics(), "voxtral_queue_wait_seconds_count", &[]).unwrap();
+    let before = metric(&server.metrics(), "speech_queue_wait_seconds_count", &[]).unwrap();
     let replies: Vec<Reply> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..8)
             .map(|i| {
@@ -140,8 +140,8 @@ fn sigterm_under_load_finishes_every_accepted_request_and_exits_zero() {
             .collect();
         server_ref.wait_for("every request to be taken", || {
             let text = server_ref.metrics();
-            let started = metric(&text, "voxtral_queue_wait_seconds_count", &[]).unwrap_or(0.0);
-            let queued = metric(&text, "voxtral_queue_depth", &[]).unwrap_or(0.0);
+            let started = metric(&text, "speech_queue_wait_seconds_count", &[]).unwrap_or(0.0);
+            let queued = metric(&text, "speech_queue_depth", &[]).unwrap_or(0.0);
             started - before + queued == 8.0
         });
         server_ref.signal("-TERM");
@@ -401,7 +401,7 @@ fn hostile_input_gets_clear_errors_and_never_a_5xx() {
     for status in ["500", "503", "504"] {
         let labels = [("route", "/v1/audio/speech"), ("status", status)];
         assert_eq!(
-            metric(&text, "voxtral_http_requests_total", &labels),
+            metric(&text, "speech_http_requests_total", &labels),
             None,
             "{status}"
         );

@@ -334,13 +334,13 @@ fn a_full_queue_gets_429_with_retry_after() {
             let _ = request.send_string(&body);
         });
     };
-    let started = || metric(&server.metrics(), "voxtral_queue_wait_seconds_count", &[]);
+    let started = || metric(&server.metrics(), "speech_queue_wait_seconds_count", &[]);
     // One job running, one waiting: the queue (capacity 1) is full.
     start_long_job();
     server.wait_for("the first job to start", || started() == Some(1.0));
     start_long_job();
     server.wait_for("a job to wait in the queue", || {
-        metric(&server.metrics(), "voxtral_queue_depth", &[]) == Some(1.0)
+        metric(&server.metrics(), "speech_queue_depth", &[]) == Some(1.0)
     });
     let reply = server.speech(speech_body("alloy", "pcm", 1, 2));
     let (kind, _, code) = reply.error(429);
@@ -352,7 +352,7 @@ fn a_full_queue_gets_429_with_retry_after() {
     let metrics = server.metrics();
     let rejected = [("route", "/v1/audio/speech"), ("status", "429")];
     assert_eq!(
-        metric(&metrics, "voxtral_http_requests_total", &rejected),
+        metric(&metrics, "speech_http_requests_total", &rejected),
         Some(1.0)
     );
 }
@@ -373,7 +373,7 @@ fn a_panic_in_the_worker_fails_only_that_request() {
         assert_eq!(server.speech(speech_body("alloy", "wav", 1, 3)).status, 200);
     }
     let metrics = server.metrics();
-    let jobs = |outcome| metric(&metrics, "voxtral_jobs_total", &[("outcome", outcome)]);
+    let jobs = |outcome| metric(&metrics, "speech_jobs_total", &[("outcome", outcome)]);
     assert_eq!(
         (jobs("panicked"), jobs("completed")),
         (Some(1.0), Some(2.0))
@@ -438,7 +438,7 @@ fn sigterm_finishes_in_flight_requests_and_refuses_new_ones() {
         server_ref.wait_for("the job to start", || {
             metric(
                 &server_ref.metrics(),
-                "voxtral_queue_wait_seconds_count",
+                "speech_queue_wait_seconds_count",
                 &[],
             ) == Some(1.0)
         });
@@ -447,7 +447,7 @@ fn sigterm_finishes_in_flight_requests_and_refuses_new_ones() {
         let streaming =
             scope.spawn(|| server_ref.speech(streamed(speech_body("ash", "pcm", 4, 100), "audio")));
         server_ref.wait_for("the second job to queue", || {
-            metric(&server_ref.metrics(), "voxtral_queue_depth", &[]) == Some(1.0)
+            metric(&server_ref.metrics(), "speech_queue_depth", &[]) == Some(1.0)
         });
         server_ref.signal("-TERM");
         server_ref.wait_for("draining", || server_ref.get("/ready").status == 503);
@@ -486,7 +486,7 @@ fn a_client_that_goes_away_cancels_its_job() {
     server.wait_for("the job to be cancelled", || {
         jobs(&server, "cancelled") == 1.0
     });
-    let frames = metric(&server.metrics(), "voxtral_frames_generated_total", &[]).unwrap();
+    let frames = metric(&server.metrics(), "speech_frames_generated_total", &[]).unwrap();
     assert!(frames < 2048.0, "stopped early: {frames} frames");
     assert_eq!(server.speech(speech_body("fable", "pcm", 8, 3)).status, 200);
 }
@@ -515,22 +515,23 @@ fn metrics_count_requests_frames_and_latencies() {
             ("method", "POST"),
             ("status", status),
         ];
-        metric(&text, "voxtral_http_requests_total", &labels)
+        metric(&text, "speech_http_requests_total", &labels)
     };
     assert_eq!((speech("200"), speech("400")), (Some(1.0), Some(1.0)));
+    let model = [("model", "mistralai/Voxtral-4B-TTS-2603")];
     assert_eq!(
-        metric(&text, "voxtral_frames_generated_total", &[]),
+        metric(&text, "speech_frames_generated_total", &model),
         Some(6.0)
     );
-    assert_eq!(metric(&text, "voxtral_queue_depth", &[]), Some(0.0));
-    assert_eq!(metric(&text, "voxtral_queue_capacity", &[]), Some(16.0));
-    assert_eq!(metric(&text, "voxtral_model_loaded", &[]), Some(1.0));
-    let audio = metric(&text, "voxtral_audio_duration_seconds_sum", &[]).unwrap();
+    assert_eq!(metric(&text, "speech_queue_depth", &[]), Some(0.0));
+    assert_eq!(metric(&text, "speech_queue_capacity", &[]), Some(16.0));
+    assert_eq!(metric(&text, "speech_model_loaded", &[]), Some(1.0));
+    let audio = metric(&text, "speech_audio_duration_seconds_sum", &[]).unwrap();
     assert!((audio - 0.48).abs() < 1e-9, "6 frames of 80 ms: {audio}");
     for histogram in [
-        "voxtral_real_time_factor",
-        "voxtral_time_to_first_audio_seconds",
-        "voxtral_queue_wait_seconds",
+        "speech_real_time_factor",
+        "speech_time_to_first_audio_seconds",
+        "speech_queue_wait_seconds",
     ] {
         assert!(
             text.contains(&format!("# TYPE {histogram} histogram")),
@@ -788,7 +789,7 @@ fn a_streaming_client_that_disconnects_frees_the_worker_at_once() {
     server.wait_for("the job to be cancelled", || {
         jobs(&server, "cancelled") == 1.0
     });
-    let frames = metric(&server.metrics(), "voxtral_frames_generated_total", &[]).unwrap();
+    let frames = metric(&server.metrics(), "speech_frames_generated_total", &[]).unwrap();
     assert!(frames < 2048.0, "stopped early: {frames} frames");
     let started = Instant::now();
     let next = server.speech(speech_body("fable", "pcm", 8, 3));
@@ -854,4 +855,107 @@ fn a_request_can_switch_text_normalization_off_and_on() {
         off > on,
         "the raw markup and URL take more tokens: {off} vs {on}"
     );
+}
+
+#[test]
+fn several_models_are_served_by_id_and_an_unknown_model_is_404() {
+    let odd = voxtral_tts::testmodel::cached_test_model(voxtral_tts::testmodel::Preset::TinyOdd, 0)
+        .unwrap();
+    let server = Server::spawn(
+        &model(),
+        &["--model", odd.to_str().unwrap()],
+        &[("VOXTRAL_MODEL_ID", "main,odd")],
+    );
+    server.wait_ready();
+    let models = server.get("/v1/models").json();
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["main", "odd", "tts-1", "tts-1-hd", "gpt-4o-mini-tts"]);
+    let (main, second) = (&models["data"][0], &models["data"][1]);
+    assert_eq!(
+        (main["family"].as_str(), main["owned_by"].as_str()),
+        (Some("voxtral-tts"), Some("mistralai"))
+    );
+    assert_eq!(
+        main["aliases"],
+        json!(["tts-1", "tts-1-hd", "gpt-4o-mini-tts"])
+    );
+    assert_eq!(second["aliases"], json!([]));
+    let capabilities = &second["capabilities"];
+    assert_eq!(capabilities["sample_rate"], 24_000);
+    assert_eq!(capabilities["cloning"], false);
+    assert_eq!(capabilities["voices"].as_array().unwrap().len(), 20);
+    assert_eq!(models["data"][2]["parent"], "main");
+
+    // Routed by `model`: OpenAI's names mean the first model; the second answers differently.
+    let speak = |model: &str| {
+        let mut body = speech_body("alloy", "pcm", 5, 6);
+        body["model"] = json!(model);
+        server.speech(body)
+    };
+    let main_audio = pcm_samples(&speak("main"));
+    assert_eq!(pcm_samples(&speak("tts-1")), main_audio);
+    assert_ne!(pcm_samples(&speak("odd")), main_audio);
+    let (kind, param, code) = speak("whisper-1").error(404);
+    assert_eq!(
+        (kind.as_str(), param.as_deref(), code.as_deref()),
+        (
+            "invalid_request_error",
+            Some("model"),
+            Some("model_not_found")
+        )
+    );
+    assert_eq!(server.get("/v1/audio/voices?model=odd").status, 200);
+    server.get("/v1/audio/voices?model=nope").error(404);
+    let frames = |model| {
+        metric(
+            &server.metrics(),
+            "speech_frames_generated_total",
+            &[("model", model)],
+        )
+    };
+    assert_eq!(frames("odd").map(|f| f > 0.0), Some(true));
+    assert!(frames("main").is_some());
+}
+
+#[test]
+fn synth_on_the_command_line_gives_the_server_s_audio() {
+    // Markup, two sentences and short segments: normalization, splitting and crossfades.
+    let text = "# Hello\n\nThis is **the first** sentence. And here is a second one!";
+    let server = Server::start(&[("VOXTRAL_SEGMENT_CHARS", "24")]);
+    let reply = server.speech(json!({"model": "tts-1", "input": text, "voice": "fr_male",
+        "response_format": "wav", "seed": 3, "max_frames": 8}));
+    reply.assert_ok();
+    let dir = tempfile::tempdir().unwrap();
+    let wav = dir.path().join("cli.wav");
+    let status = Command::new(env!("CARGO_BIN_EXE_voxtral-tts"))
+        .args([
+            "synth",
+            "--voice",
+            "fr_male",
+            "--seed",
+            "3",
+            "--max-frames",
+            "8",
+        ])
+        .args(["--segment-chars", "24", "--text", text, "--model"])
+        .arg(model())
+        .arg("--output")
+        .arg(&wav)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let cli = std::fs::read(&wav).unwrap();
+    assert!(reply.body.len() > 44 + 3 * 2 * FRAME, "several segments");
+    assert!(cli == reply.body, "synth and the server differ");
+
+    // Input that is empty once normalized is refused before it is queued.
+    let (_, param, _) = server
+        .speech(json!({"model": "tts-1", "input": "** **", "voice": "alloy"}))
+        .error(400);
+    assert_eq!(param.as_deref(), Some("input"));
 }

@@ -7,9 +7,10 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
-    /// Model folder (params.json, consolidated.safetensors, tekken.json, voice_embedding/).
+    /// Model folder (Voxtral TTS: params.json, consolidated.safetensors, tekken.json,
+    /// voice_embedding/). Repeat it to serve several models, each on its own worker.
     #[arg(long)]
-    model: Option<PathBuf>,
+    model: Vec<PathBuf>,
     /// Address to listen on [default: 127.0.0.1].
     #[arg(long)]
     host: Option<String>,

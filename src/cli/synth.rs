@@ -1,14 +1,19 @@
 //! `voxtral-tts synth` and `voxtral-tts voices`.
 
 use crate::audio::{encode_audio, AudioFormat};
-use crate::device::{Backend, DeviceChoice};
-use crate::models::voxtral_tts::{Noise, SynthesisRequest, Voxtral, DEFAULT_MAX_FRAMES};
-#[cfg(feature = "mlx")]
-use crate::tensor::mlx_backend::MlxTensor;
-use crate::tensor::tch_backend::TchTensor;
-use crate::tensor::{DType, Tensor};
+use crate::device::DeviceChoice;
+use crate::engine::{prepare_speech, Sampling, SpeechInput};
+use crate::scheduler::{
+    start_worker, BatchSettings, EngineState, JobEvent, JobOptions, JobQueue, JobSummary,
+    LoadedModel, StreamSettings, WorkerSettings,
+};
+use crate::tensor::DType;
+use crate::text::DEFAULT_SEGMENT_CHARS;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use tokio::sync::mpsc::UnboundedReceiver;
 
 #[derive(clap::Args)]
 pub struct SynthArgs {
@@ -23,7 +28,8 @@ pub struct SynthArgs {
     /// Output WAV file.
     #[arg(long)]
     output: PathBuf,
-    #[arg(long, default_value_t = DEFAULT_MAX_FRAMES)]
+    /// Most frames (80 ms each) per segment.
+    #[arg(long, default_value_t = 2048)]
     max_frames: usize,
     /// Noise seed; a random one (printed) when absent.
     #[arg(long)]
@@ -37,7 +43,16 @@ pub struct SynthArgs {
     /// the `mlx` feature).
     #[arg(long, default_value = "auto")]
     device: DeviceChoice,
-    /// Also write {"prompt_ids": [...], "codes": [[...], ...]} to this JSON file.
+    /// Speak the text as given: no markup stripping, URL or line-break handling (the server's
+    /// `normalize: false`).
+    #[arg(long)]
+    no_normalize: bool,
+    /// Longest segment (characters) synthesized as one generation; longer text is split at
+    /// sentence boundaries and the segments crossfaded, as the server does.
+    #[arg(long, default_value_t = DEFAULT_SEGMENT_CHARS)]
+    segment_chars: usize,
+    /// Also write {"prompt_ids": [...], "codes": [[...], ...]} (of the first segment) and
+    /// {"segments": [{"text", "prompt_ids", "codes"}, ...]} to this JSON file.
     #[arg(long)]
     dump_codes: Option<PathBuf>,
 }
@@ -50,77 +65,119 @@ pub fn parse_dtype(s: &str) -> Result<DType, String> {
     }
 }
 
-fn load(dir: &Path, device: DeviceChoice, dtype: DType) -> Result<Voxtral<TchTensor>> {
-    let device = device.resolve_tch().map_err(anyhow::Error::msg)?;
-    Voxtral::load(dir, &device, dtype).map_err(anyhow::Error::from)
-}
-
-pub fn run(args: SynthArgs) -> Result<()> {
-    let _guard = tch::no_grad_guard();
-    match args.device.resolve().map_err(anyhow::Error::msg)? {
-        Backend::Tch(device) => run_on::<TchTensor>(args, &device),
-        #[cfg(feature = "mlx")]
-        Backend::Mlx(device) => run_on::<MlxTensor>(args, &device),
+/// The model of `dir` on its own inference worker (the server's), once loaded.
+fn start(
+    dir: &Path,
+    device: DeviceChoice,
+    dtype: DType,
+) -> Result<(JobQueue, Arc<LoadedModel>, JoinHandle<()>)> {
+    let settings = WorkerSettings {
+        model_id: "synth".into(),
+        model_dir: dir.to_path_buf(),
+        device,
+        dtype,
+        threads: 0,
+        #[cfg(debug_assertions)]
+        panic_on_input: None,
+        streaming: StreamSettings::default(),
+        batching: BatchSettings::default(),
+    };
+    let (queue, mut state, worker) = start_worker(settings, 1)?;
+    let loaded = state.wait_for(|s| !matches!(s, EngineState::Loading));
+    let ready = runtime()?.block_on(loaded)?.clone();
+    match ready {
+        EngineState::Ready(model) => Ok((queue, model, worker)),
+        EngineState::Failed(message) => bail!("{message}"),
+        EngineState::Loading => unreachable!("waited for the end of loading"),
     }
 }
 
-fn run_on<T: Tensor>(args: SynthArgs, device: &T::Device) -> Result<()> {
-    let model = Voxtral::<T>::load(&args.model, device, args.dtype)?;
-    if !model.has_voice(&args.voice) {
-        let names: Vec<&str> = model.voices().collect();
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().build()?)
+}
+
+/// Synthesizes as the server does: the same text preparation (normalization, segments), the
+/// same worker, the same crossfades, so the same request gives the same audio.
+pub fn run(args: SynthArgs) -> Result<()> {
+    let (queue, model, worker) = start(&args.model, args.device, args.dtype)?;
+    if !model.card.voices.contains(&args.voice) {
         bail!(
             "unknown voice {:?}; available: {}",
             args.voice,
-            names.join(", ")
+            model.card.voices.join(", ")
         );
     }
     let seed = args.seed.unwrap_or_else(rand::random);
-    let request = SynthesisRequest {
+    let input = SpeechInput {
         text: args.text,
         voice: args.voice,
         max_frames: args.max_frames,
-        noise: Noise::Seeded {
+        sampling: Sampling {
             seed,
-            scale: args.noise_scale,
+            noise_scale: args.noise_scale,
         },
+        normalize: !args.no_normalize,
+        segment_chars: args.segment_chars,
     };
-    let mut generation = model.start(&request)?;
+    let prepared = prepare_speech(&*model.preparer, model.card.max_frames, input)?;
     if args.seed.is_none() && args.noise_scale > 0.0 {
         eprintln!("seed: {seed}");
     }
-    let bar = indicatif::ProgressBar::new(args.max_frames as u64).with_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} frames {pos}/{len} [{elapsed_precise}] {per_sec}",
-        )
-        .expect("valid template"),
-    );
-    while generation.next_frame().is_some() {
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
-    let synthesis = generation.finish()?;
-    write_atomically(
-        &args.output,
-        &encode_audio(AudioFormat::Wav, &synthesis.pcm)?,
-    )?;
+    let options = JobOptions {
+        stream: false,
+        progress: true,
+        keep_codes: args.dump_codes.is_some(),
+    };
+    let events = queue.submit(prepared, options)?;
+    let (pcm, summary) = collect(events)?;
+    drop(queue);
+    let _ = worker.join();
+    write_atomically(&args.output, &encode_audio(AudioFormat::Wav, &pcm)?)?;
     if let Some(path) = &args.dump_codes {
-        let json =
-            serde_json::json!({"prompt_ids": synthesis.prompt_ids, "codes": synthesis.codes});
+        let first = &summary.codes[0];
+        let json = serde_json::json!({
+            "prompt_ids": first.prompt_ids,
+            "codes": first.codes,
+            "segments": summary.codes,
+        });
         write_atomically(path, serde_json::to_string(&json)?.as_bytes())?;
     }
     eprintln!(
         "{} frames ({:.2} s of audio, stopped by {:?}) -> {}",
-        synthesis.codes.len(),
-        synthesis.pcm.len() as f64 / model.sample_rate() as f64,
-        synthesis.stop,
+        summary.frames,
+        pcm.len() as f64 / f64::from(model.card.sample_rate),
+        summary.stop,
         args.output.display()
     );
     Ok(())
 }
 
+/// The job's audio and summary, with a progress bar of frames generated.
+fn collect(mut events: UnboundedReceiver<JobEvent>) -> Result<(Vec<f32>, JobSummary)> {
+    let bar = indicatif::ProgressBar::new_spinner().with_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} frames {pos} [{elapsed_precise}] {per_sec}",
+        )
+        .expect("valid template"),
+    );
+    let mut pcm = Vec::new();
+    let result = loop {
+        match events.blocking_recv() {
+            Some(JobEvent::Started { .. }) => {}
+            Some(JobEvent::Progress { frames }) => bar.set_position(frames as u64),
+            Some(JobEvent::Audio(chunk)) => pcm.extend(chunk),
+            Some(JobEvent::Done(summary)) => break Ok((pcm, summary)),
+            Some(JobEvent::Failed(e)) => break Err(anyhow::Error::from(e)),
+            None => break Err(anyhow::anyhow!("the inference worker stopped")),
+        }
+    };
+    bar.finish_and_clear();
+    result
+}
+
 pub fn list_voices(dir: &Path) -> Result<()> {
-    let model = load(dir, DeviceChoice::Cpu, DType::BF16)?;
-    for v in model.voices() {
+    let (_queue, model, _worker) = start(dir, DeviceChoice::Cpu, DType::BF16)?;
+    for v in &model.card.voices {
         println!("{v}");
     }
     Ok(())

@@ -1,4 +1,159 @@
-//! One folder per model family. Each loads its published folder and implements the engine
-//! interface (`crate::engine`).
+//! One folder per model family, each loading its published folder and implementing the
+//! engine interface (`crate::engine`); [`Family::detect`] tells which family a folder holds.
+//!
+//! Adding a family: a folder here with its config structs, its model written against
+//! `crate::tensor::Tensor` from the layers in `crate::nn`, a `TextToSpeech` (and
+//! `SpeechPreparer`) implementation, and a line in [`Family`] and [`load_tts`].
 
 pub mod voxtral_tts;
+
+use crate::engine::WithEngine;
+use crate::nn::LoadError;
+use crate::tensor::{DType, Tensor};
+use serde_json::Value;
+use std::path::Path;
+use voxtral_tts::params::Config;
+use voxtral_tts::Voxtral;
+
+/// The model families this server can load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// Mistral's Voxtral-4B-TTS: params.json, consolidated.safetensors, tekken.json,
+    /// voice_embedding/.
+    VoxtralTts,
+}
+
+impl Family {
+    /// The family of the model in `dir`, from its configuration file. Folders of families
+    /// that are known but not served yet, and folders of no known family, get an error that
+    /// says which.
+    pub fn detect(dir: &Path) -> Result<Family, LoadError> {
+        Ok(FolderConfig::read(dir)?.family)
+    }
+}
+
+/// A model folder's configuration file, read once (it may be slow storage, or a pipe).
+struct FolderConfig {
+    family: Family,
+    /// The file's text.
+    text: String,
+    file: String,
+}
+
+impl FolderConfig {
+    fn read(dir: &Path) -> Result<FolderConfig, LoadError> {
+        let params = dir.join("params.json");
+        let config = dir.join("config.json");
+        let unsupported = |file: &Path, family: &str| {
+            LoadError::invalid(
+                file.display().to_string(),
+                "(family)",
+                format!(
+                    "this is a {family} model folder; this server does not serve that family yet"
+                ),
+            )
+        };
+        if params.exists() {
+            let (text, json) = read_json(&params)?;
+            let multimodal = &json["multimodal"];
+            if multimodal.get("audio_model_args").is_some() {
+                return Ok(FolderConfig {
+                    family: Family::VoxtralTts,
+                    text,
+                    file: params.display().to_string(),
+                });
+            }
+            if multimodal.get("whisper_model_args").is_some() {
+                return Err(unsupported(&params, "Voxtral Realtime (speech-to-text)"));
+            }
+            return Err(LoadError::invalid(
+                params.display().to_string(),
+                "multimodal.audio_model_args",
+                "missing: not a Voxtral TTS params.json",
+            ));
+        }
+        if config.exists() {
+            let (_, json) = read_json(&config)?;
+            if json["model_type"] == "qwen3_tts" {
+                return Err(unsupported(&config, "Qwen3-TTS"));
+            }
+            if json["model"] == "xtts" {
+                return Err(unsupported(&config, "XTTS-v2"));
+            }
+        }
+        Err(LoadError::invalid(
+            params.display().to_string(),
+            "(family)",
+            format!(
+                "missing: {} holds no model of a known family (Voxtral TTS: params.json, \
+                 consolidated.safetensors, tekken.json, voice_embedding/)",
+                dir.display()
+            ),
+        ))
+    }
+}
+
+fn read_json(path: &Path) -> Result<(String, Value), LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|e| LoadError::io(path, e))?;
+    let json = serde_json::from_str(&text)
+        .map_err(|e| LoadError::invalid(path.display().to_string(), "(json)", e.to_string()))?;
+    Ok((text, json))
+}
+
+/// Detects the family of `dir`, loads it on `device` and hands the engine to `with`.
+pub fn load_tts<T: Tensor, W: WithEngine>(
+    dir: &Path,
+    device: &T::Device,
+    dtype: DType,
+    with: W,
+) -> Result<W::Output, LoadError> {
+    let folder = FolderConfig::read(dir)?;
+    match folder.family {
+        Family::VoxtralTts => {
+            let config = Config::from_json(&folder.text, &folder.file)?;
+            Ok(with.run(Voxtral::<T>::load_with(dir, config, device, dtype)?))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn folder(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        dir
+    }
+
+    fn error(files: &[(&str, &str)]) -> String {
+        Family::detect(folder(files).path())
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn detects_each_family_or_says_why_not() {
+        let tts = folder(&[("params.json", r#"{"multimodal": {"audio_model_args": {}}}"#)]);
+        assert_eq!(Family::detect(tts.path()).unwrap(), Family::VoxtralTts);
+        let stt = error(&[(
+            "params.json",
+            r#"{"multimodal": {"whisper_model_args": {}}}"#,
+        )]);
+        assert!(stt.contains("Voxtral Realtime"), "{stt}");
+        let qwen = error(&[("config.json", r#"{"model_type": "qwen3_tts"}"#)]);
+        assert!(
+            qwen.contains("Qwen3-TTS") && qwen.contains("config.json"),
+            "{qwen}"
+        );
+        let xtts = error(&[("config.json", r#"{"model": "xtts"}"#)]);
+        assert!(xtts.contains("XTTS-v2"), "{xtts}");
+        let other = error(&[("config.json", r#"{"model_type": "bert"}"#)]);
+        assert!(other.contains("no model of a known family"), "{other}");
+        assert!(error(&[]).contains("params.json"));
+        let broken = error(&[("params.json", "{")]);
+        assert!(broken.contains("(json)"), "{broken}");
+    }
+}

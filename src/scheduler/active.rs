@@ -1,16 +1,12 @@
-//! One admitted job as the batching loop advances it: the text segments still to speak, the
-//! generation of the current one, and how much of its audio has gone out.
+//! One admitted job as the batching loop advances it: the segments still to speak, the
+//! session of the current one, and how much of its audio has gone out.
 
-use super::job::{JobEvent, JobSummary, SpeechJob};
+use super::job::{JobEvent, JobSummary, SegmentCodes, SpeechJob};
 use super::metric_names;
 use super::worker::StreamSettings;
-use crate::audio::{self, join::SegmentJoiner};
-use crate::models::voxtral_tts::{Generation, Noise, StopReason, SynthError, Voxtral};
-use crate::tensor::Tensor;
+use crate::audio::join::SegmentJoiner;
+use crate::engine::{EngineError, SpeechSession, StopReason, TextToSpeech};
 use std::time::Instant;
-
-/// Crossfade between segments: 10 ms.
-const SEGMENT_FADE_SAMPLES: usize = audio::SAMPLE_RATE as usize / 100;
 
 /// How a job ended when nothing failed.
 pub(super) enum Ended {
@@ -21,59 +17,12 @@ pub(super) enum Ended {
     },
 }
 
-/// A job taken off the queue, with the KV memory it will hold once admitted.
-pub(super) struct Admission {
+pub(super) struct ActiveJob<'m, E: TextToSpeech + 'm> {
     pub job: SpeechJob,
-    segments: Vec<String>,
-    pub kv_bytes: usize,
-}
-
-impl Admission {
-    pub fn new<T: Tensor>(model: &Voxtral<T>, job: SpeechJob, streaming: &StreamSettings) -> Self {
-        let normalize = job
-            .options
-            .normalize_text
-            .unwrap_or(streaming.normalize_text);
-        let segments = segments(&job.request.text, normalize, streaming.segment_chars);
-        // The longest segment's prompt bounds every cache this job allocates. A text the
-        // tokenizer rejects reserves nothing: starting it fails at once.
-        let longest_prompt = segments
-            .iter()
-            .filter_map(|text| model.prompt_ids(text, &job.request.voice).ok())
-            .map(|ids| ids.len())
-            .max()
-            .unwrap_or(0);
-        let kv_bytes = model.kv_cache_bytes(longest_prompt + job.request.max_frames);
-        Admission {
-            job,
-            segments,
-            kv_bytes,
-        }
-    }
-}
-
-/// The segments a text is synthesized as, in order (never empty).
-fn segments(text: &str, normalize: bool, segment_chars: usize) -> Vec<String> {
-    let opts = if normalize {
-        crate::text::NormalizeOptions::default()
-    } else {
-        crate::text::NormalizeOptions::NONE
-    };
-    let segments = crate::text::prepare_segments(text, &opts, segment_chars.max(1));
-    if segments.is_empty() {
-        vec![text.to_string()]
-    } else {
-        segments
-    }
-}
-
-pub(super) struct ActiveJob<'m, T: Tensor> {
-    pub job: SpeechJob,
-    pub kv_bytes: usize,
-    /// Segments not started yet, next first.
-    pending: std::vec::IntoIter<String>,
-    segment_index: usize,
-    generation: Generation<'m, T>,
+    /// The `model` label of its metrics.
+    model: &'m str,
+    segment: usize,
+    session: E::Session<'m>,
     /// Frames of the current segment already counted / already decoded and sent.
     seen: usize,
     decoded: usize,
@@ -85,40 +34,37 @@ pub(super) struct ActiveJob<'m, T: Tensor> {
     frames: usize,
     prompt_tokens: usize,
     samples: usize,
+    sample_rate: u32,
+    codes: Vec<SegmentCodes>,
     started: Instant,
 }
 
-impl<'m, T: Tensor> ActiveJob<'m, T> {
+impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
     /// Prefills the first segment. The caller has sent nothing for this job yet.
     pub fn start(
-        model: &'m Voxtral<T>,
-        admission: Admission,
+        engine: &'m E,
+        model: &'m str,
+        job: SpeechJob,
         streaming: &StreamSettings,
-    ) -> Result<Self, Box<(SpeechJob, SynthError)>> {
-        let Admission {
-            job,
-            segments,
-            kv_bytes,
-        } = admission;
+    ) -> Result<Self, Box<(SpeechJob, EngineError)>> {
         let _ = job.events.send(JobEvent::Started {
             queued: job.enqueued.elapsed(),
         });
         let started = Instant::now();
-        let mut pending = segments.into_iter();
-        let first = pending.next().expect("at least one segment");
-        let generation = match start_segment(model, &job, first, 0) {
-            Ok(g) => g,
+        let session = match engine.start_session(&job.speech, 0) {
+            Ok(session) => session,
             Err(e) => return Err(Box::new((job, e))),
         };
-        let mut joiner = SegmentJoiner::new(SEGMENT_FADE_SAMPLES);
+        let sample_rate = engine.card().sample_rate;
+        // A 10 ms crossfade between segments.
+        let mut joiner = SegmentJoiner::new(sample_rate as usize / 100);
         joiner.begin_segment();
         Ok(ActiveJob {
-            prompt_tokens: generation.prompt_ids.len(),
+            prompt_tokens: session.prompt_ids().len(),
             job,
-            kv_bytes,
-            pending,
-            segment_index: 0,
-            generation,
+            model,
+            segment: 0,
+            session,
             seen: 0,
             decoded: 0,
             next_chunk: streaming.first_chunk_frames.max(1),
@@ -126,40 +72,44 @@ impl<'m, T: Tensor> ActiveJob<'m, T> {
             joiner,
             frames: 0,
             samples: 0,
+            sample_rate,
+            codes: Vec::new(),
             started,
         })
     }
 
-    pub fn generation(&mut self) -> &mut Generation<'m, T> {
-        &mut self.generation
+    pub fn session(&mut self) -> &mut E::Session<'m> {
+        &mut self.session
     }
 
     /// After a batch step: counts the new frame, sends the audio that is due, and moves on to
     /// the next segment when this one stopped. `Some` once the job has ended.
     pub fn after_step(
         &mut self,
-        model: &'m Voxtral<T>,
+        engine: &'m E,
         streaming: &StreamSettings,
-        panic_on_input: Option<&str>,
-    ) -> Result<Option<Ended>, SynthError> {
-        if panic_on_input == Some(self.job.request.text.as_str()) {
-            panic!("test_panic_on_input matched this request's input");
-        }
-        let frames = self.generation.frames().len();
+    ) -> Result<Option<Ended>, EngineError> {
+        let frames = self.session.codes().len();
         if frames > self.seen {
             self.frames += frames - self.seen;
-            metrics::counter!(metric_names::FRAMES).increment((frames - self.seen) as u64);
+            metrics::counter!(metric_names::FRAMES, "model" => self.model.to_string())
+                .increment((frames - self.seen) as u64);
             self.seen = frames;
             if self.job.events.is_closed() {
                 return Ok(Some(Ended::Cancelled {
                     frames: self.frames,
                 }));
             }
+            if self.job.options.progress {
+                let _ = self.job.events.send(JobEvent::Progress {
+                    frames: self.frames,
+                });
+            }
         }
-        let stopped = self.generation.stop_reason().is_some();
+        let stopped = self.session.stop_reason().is_some();
         let chunk_due = self.job.options.stream && frames >= self.next_chunk;
         if frames > self.decoded && (chunk_due || stopped) {
-            let pcm = model.decode_tail(self.generation.frames(), self.decoded)?;
+            let pcm = engine.decode(&self.session, self.decoded)?;
             self.decoded = frames;
             // Later chunks grow: fewer decodes, each re-reading less context per new frame.
             self.chunk = (self.chunk * 2).min(streaming.chunk_frames.max(1));
@@ -170,12 +120,13 @@ impl<'m, T: Tensor> ActiveJob<'m, T> {
         if !stopped {
             return Ok(None);
         }
-        let Some(text) = self.pending.next() else {
-            return Ok(Some(self.finish(model)));
-        };
-        self.segment_index += 1;
-        self.generation = start_segment(model, &self.job, text, self.segment_index)?;
-        self.prompt_tokens += self.generation.prompt_ids.len();
+        self.keep_codes();
+        if self.segment + 1 == self.job.speech.segments.len() {
+            return Ok(Some(self.finish()));
+        }
+        self.segment += 1;
+        self.session = engine.start_session(&self.job.speech, self.segment)?;
+        self.prompt_tokens += self.session.prompt_ids().len();
         self.seen = 0;
         self.decoded = 0;
         if self.samples == 0 {
@@ -186,24 +137,39 @@ impl<'m, T: Tensor> ActiveJob<'m, T> {
         Ok(None)
     }
 
-    fn finish(&mut self, model: &Voxtral<T>) -> Ended {
+    /// The text of the segment being generated.
+    pub fn segment_text(&self) -> &str {
+        &self.job.speech.segments[self.segment].text
+    }
+
+    fn keep_codes(&mut self) {
+        if self.job.options.keep_codes {
+            self.codes.push(SegmentCodes {
+                text: self.segment_text().to_string(),
+                prompt_ids: self.session.prompt_ids().to_vec(),
+                codes: self.session.codes().to_vec(),
+            });
+        }
+    }
+
+    fn finish(&mut self) -> Ended {
         let tail = std::mem::replace(&mut self.joiner, SegmentJoiner::new(0)).finish();
         self.send(tail);
         let synthesis_time = self.started.elapsed();
-        let audio_seconds = self.samples as f64 / f64::from(model.sample_rate());
-        metrics::histogram!(metric_names::AUDIO_SECONDS).record(audio_seconds);
+        let audio_seconds = self.samples as f64 / f64::from(self.sample_rate);
+        let model = self.model.to_string();
+        metrics::histogram!(metric_names::AUDIO_SECONDS, "model" => model.clone())
+            .record(audio_seconds);
         if audio_seconds > 0.0 {
-            metrics::histogram!(metric_names::REAL_TIME_FACTOR)
+            metrics::histogram!(metric_names::REAL_TIME_FACTOR, "model" => model)
                 .record(synthesis_time.as_secs_f64() / audio_seconds);
         }
         Ended::Completed(JobSummary {
             prompt_tokens: self.prompt_tokens,
             frames: self.frames,
-            stop: self
-                .generation
-                .stop_reason()
-                .unwrap_or(StopReason::MaxFrames),
+            stop: self.session.stop_reason().unwrap_or(StopReason::MaxFrames),
             synthesis_time,
+            codes: std::mem::take(&mut self.codes),
         })
     }
 
@@ -213,19 +179,4 @@ impl<'m, T: Tensor> ActiveJob<'m, T> {
             let _ = self.job.events.send(JobEvent::Audio(pcm));
         }
     }
-}
-
-/// Prefills one segment; segment `index` samples with the job's seed plus `index`.
-fn start_segment<'m, T: Tensor>(
-    model: &'m Voxtral<T>,
-    job: &SpeechJob,
-    text: String,
-    index: usize,
-) -> Result<Generation<'m, T>, SynthError> {
-    let mut request = job.request.clone();
-    request.text = text;
-    if let Noise::Seeded { seed, .. } = &mut request.noise {
-        *seed = seed.wrapping_add(index as u64);
-    }
-    model.start(&request)
 }

@@ -1,7 +1,7 @@
 //! The bounded queue in front of the inference worker.
 
 use super::job::{JobEvent, JobOptions, SpeechJob};
-use crate::models::voxtral_tts::SynthesisRequest;
+use crate::engine::PreparedSpeech;
 use std::time::Instant;
 use tokio::sync::mpsc::{self, error::TrySendError, UnboundedReceiver};
 
@@ -28,12 +28,12 @@ impl JobQueue {
     /// dropping that receiver cancels the job.
     pub fn submit(
         &self,
-        request: SynthesisRequest,
+        speech: PreparedSpeech,
         options: JobOptions,
     ) -> Result<UnboundedReceiver<JobEvent>, SubmitError> {
         let (events, receiver) = mpsc::unbounded_channel();
         let job = SpeechJob {
-            request,
+            speech,
             events,
             enqueued: Instant::now(),
             options,

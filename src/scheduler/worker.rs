@@ -1,13 +1,14 @@
-//! The inference worker: a plain thread that loads the model, then runs queued jobs with
+//! The inference worker: a plain thread that loads one model, then runs queued jobs with
 //! continuous batching. The async runtime never runs model code.
 
-use super::active::{ActiveJob, Admission, Ended};
+use super::active::{ActiveJob, Ended};
 use super::job::{JobError, JobEvent, SpeechJob};
 use super::metric_names;
 use super::queue::JobQueue;
 use crate::audio;
 use crate::device::{Backend, DeviceChoice};
-use crate::models::voxtral_tts::{Generation, Voxtral};
+use crate::engine::{ModelCard, SpeechPreparer, TextToSpeech, WithEngine};
+use crate::models;
 use crate::tensor::cpu_gemv::Variant;
 #[cfg(feature = "mlx")]
 use crate::tensor::mlx_backend::MlxTensor;
@@ -20,12 +21,16 @@ use std::thread::JoinHandle;
 use tokio::sync::{mpsc, watch};
 
 pub struct WorkerSettings {
+    /// The id the model is served under: the `model` label of its metrics.
+    pub model_id: String,
     pub model_dir: PathBuf,
     pub device: DeviceChoice,
     pub dtype: DType,
     /// libtorch CPU threads; 0 = its default.
     pub threads: usize,
-    /// Tests only: a job whose text is exactly this panics inside the worker.
+    /// Tests only (debug builds): a job whose segment text contains this panics inside the
+    /// worker.
+    #[cfg(debug_assertions)]
     pub panic_on_input: Option<String>,
     pub streaming: StreamSettings,
     pub batching: BatchSettings,
@@ -50,7 +55,7 @@ impl Default for BatchSettings {
     }
 }
 
-/// How a job's audio is cut into `Audio` events, and how its text is prepared.
+/// How a job's audio is cut into `Audio` events.
 #[derive(Clone, Debug)]
 pub struct StreamSettings {
     /// Frames before the first `Audio` event (small: time to first audio).
@@ -58,10 +63,6 @@ pub struct StreamSettings {
     /// Most frames per later `Audio` event: chunks double from `first_chunk_frames` up to
     /// this.
     pub chunk_frames: usize,
-    /// Apply `text::normalize` to the input before splitting.
-    pub normalize_text: bool,
-    /// Longest segment (characters) synthesized as one generation.
-    pub segment_chars: usize,
 }
 
 impl Default for StreamSettings {
@@ -69,25 +70,22 @@ impl Default for StreamSettings {
         Self {
             first_chunk_frames: 4,
             chunk_frames: 48,
-            normalize_text: true,
-            segment_chars: crate::text::DEFAULT_SEGMENT_CHARS,
         }
     }
 }
 
-/// What the HTTP layer needs to know about the loaded model.
-#[derive(Clone, Debug)]
-pub struct ModelInfo {
-    /// Preset voice names, sorted.
-    pub voices: Vec<String>,
-    pub sample_rate: u32,
-    pub device: String,
+/// A loaded model as the request path sees it: its card, and the half of its family that
+/// prepares requests.
+#[derive(Clone)]
+pub struct LoadedModel {
+    pub card: ModelCard,
+    pub preparer: Arc<dyn SpeechPreparer>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub enum EngineState {
     Loading,
-    Ready(Arc<ModelInfo>),
+    Ready(Arc<LoadedModel>),
     /// Loading failed; the message says why. The server shuts down.
     Failed(String),
 }
@@ -118,9 +116,9 @@ fn run(
         tch::set_num_threads(i32::try_from(settings.threads).unwrap_or(i32::MAX));
     }
     match settings.device.resolve() {
-        Ok(Backend::Tch(device)) => serve::<TchTensor>(settings, &device, jobs, state),
+        Ok(Backend::Tch(device)) => serve::<TchTensor>(&settings, &device, jobs, &state),
         #[cfg(feature = "mlx")]
-        Ok(Backend::Mlx(device)) => serve::<MlxTensor>(settings, &device, jobs, state),
+        Ok(Backend::Mlx(device)) => serve::<MlxTensor>(&settings, &device, jobs, &state),
         Err(message) => {
             state.send_replace(EngineState::Failed(message));
         }
@@ -129,61 +127,81 @@ fn run(
 
 /// Loads the model on `device` of backend `T`, then runs jobs until the queue closes.
 fn serve<T: Tensor>(
-    settings: WorkerSettings,
-    device: &T::Device,
-    mut jobs: mpsc::Receiver<SpeechJob>,
-    state: watch::Sender<EngineState>,
-) {
-    let model = match catch_unwind(AssertUnwindSafe(|| load::<T>(&settings, device))) {
-        Ok(Ok((model, info))) => {
-            tracing::info!(voices = info.voices.len(), device = %info.device, "model loaded");
-            state.send_replace(EngineState::Ready(Arc::new(info)));
-            metrics::gauge!(metric_names::MODEL_LOADED).set(1.0);
-            model
-        }
-        Ok(Err(message)) => {
-            state.send_replace(EngineState::Failed(message));
-            return;
-        }
-        Err(panic) => {
-            state.send_replace(EngineState::Failed(format!(
-                "loading panicked: {}",
-                panic_message(&*panic)
-            )));
-            return;
-        }
-    };
-    Batcher {
-        model: &model,
-        settings: &settings,
-        active: Vec::new(),
-        waiting: None,
-    }
-    .run(&mut jobs);
-    tracing::debug!("job queue closed: inference worker stops");
-}
-
-fn load<T: Tensor>(
     settings: &WorkerSettings,
     device: &T::Device,
-) -> Result<(Voxtral<T>, ModelInfo), String> {
-    tracing::info!(dir = %settings.model_dir.display(), backend = T::BACKEND, ?device, "loading model");
-    let model = Voxtral::<T>::load(&settings.model_dir, device, settings.dtype)
-        .map_err(|e| e.to_string())?;
-    // The encoders take PCM at one fixed rate; a model at another rate would play wrongly.
-    if model.sample_rate() != audio::SAMPLE_RATE {
-        return Err(format!(
-            "the model's sample rate is {} Hz; the audio encoders need {} Hz",
-            model.sample_rate(),
-            audio::SAMPLE_RATE
-        ));
-    }
-    let info = ModelInfo {
-        voices: model.voices().map(String::from).collect(),
-        sample_rate: model.sample_rate(),
+    jobs: mpsc::Receiver<SpeechJob>,
+    state: &watch::Sender<EngineState>,
+) {
+    let dir = &settings.model_dir;
+    tracing::info!(dir = %dir.display(), backend = T::BACKEND, ?device, "loading model");
+    let serving = Serving {
+        settings,
         device: describe_device::<T>(device),
+        jobs,
+        state,
     };
-    Ok((model, info))
+    let loaded = catch_unwind(AssertUnwindSafe(|| {
+        models::load_tts::<T, _>(dir, device, settings.dtype, serving)
+    }));
+    let failure = match loaded {
+        Ok(Ok(Ok(()))) => return,
+        Ok(Ok(Err(message))) => message,
+        Ok(Err(load)) => load.to_string(),
+        Err(panic) => {
+            let message = panic_message(&*panic);
+            if !matches!(*state.borrow(), EngineState::Loading) {
+                tracing::error!(%message, "inference worker panicked");
+                return;
+            }
+            format!("loading panicked: {message}")
+        }
+    };
+    state.send_replace(EngineState::Failed(failure));
+}
+
+/// Hands a loaded engine to the batching loop.
+struct Serving<'a> {
+    settings: &'a WorkerSettings,
+    device: String,
+    jobs: mpsc::Receiver<SpeechJob>,
+    state: &'a watch::Sender<EngineState>,
+}
+
+impl WithEngine for Serving<'_> {
+    /// `Err`: the model loaded but cannot be served.
+    type Output = Result<(), String>;
+
+    fn run<E: TextToSpeech>(mut self, engine: E) -> Result<(), String> {
+        let card = ModelCard {
+            device: self.device,
+            ..engine.card()
+        };
+        // The encoders take PCM at one fixed rate; a model at another rate would play wrongly.
+        if card.sample_rate != audio::SAMPLE_RATE {
+            return Err(format!(
+                "the model's sample rate is {} Hz; the audio encoders need {} Hz",
+                card.sample_rate,
+                audio::SAMPLE_RATE
+            ));
+        }
+        tracing::info!(family = card.family, voices = card.voices.len(), device = %card.device, "model loaded");
+        self.state
+            .send_replace(EngineState::Ready(Arc::new(LoadedModel {
+                card,
+                preparer: engine.preparer(),
+            })));
+        metrics::gauge!(metric_names::MODEL_LOADED, "model" => self.settings.model_id.clone())
+            .set(1.0);
+        Batcher {
+            engine: &engine,
+            settings: self.settings,
+            active: Vec::new(),
+            waiting: None,
+        }
+        .run(&mut self.jobs);
+        tracing::debug!("job queue closed: inference worker stops");
+        Ok(())
+    }
 }
 
 /// The backend and device, and on a libtorch CPU the kernel variant of its decode products.
@@ -197,17 +215,17 @@ fn describe_device<T: Tensor>(device: &T::Device) -> String {
 }
 
 /// The continuous-batching loop: every step advances all running jobs by one frame together;
-/// between steps, queued jobs are admitted (prefilled) while the batch and KV budget allow,
-/// and ended ones leave.
-struct Batcher<'m, T: Tensor> {
-    model: &'m Voxtral<T>,
+/// between steps, queued jobs are admitted (prefilled) while the batch and memory budget
+/// allow, and ended ones leave.
+struct Batcher<'m, E: TextToSpeech> {
+    engine: &'m E,
     settings: &'m WorkerSettings,
-    active: Vec<ActiveJob<'m, T>>,
-    /// A job taken off the queue that waits for KV memory; admitted before any other.
-    waiting: Option<Admission>,
+    active: Vec<ActiveJob<'m, E>>,
+    /// A job taken off the queue that waits for memory; admitted before any other.
+    waiting: Option<SpeechJob>,
 }
 
-impl<'m, T: Tensor> Batcher<'m, T> {
+impl<'m, E: TextToSpeech> Batcher<'m, E> {
     /// Runs until the queue is closed and every job has ended.
     fn run(mut self, jobs: &mut mpsc::Receiver<SpeechJob>) {
         loop {
@@ -221,78 +239,64 @@ impl<'m, T: Tensor> Batcher<'m, T> {
     }
 
     fn record_gauges(&self) {
-        metrics::gauge!(metric_names::BATCH_SIZE).set(self.active.len() as f64);
-        metrics::gauge!(metric_names::KV_RESERVED_BYTES).set(self.reserved() as f64);
+        let model = self.settings.model_id.clone();
+        metrics::gauge!(metric_names::BATCH_SIZE, "model" => model.clone())
+            .set(self.active.len() as f64);
+        metrics::gauge!(metric_names::KV_RESERVED_BYTES, "model" => model)
+            .set(self.reserved() as f64);
     }
 
     fn reserved(&self) -> usize {
-        self.active.iter().map(|a| a.kv_bytes).sum()
+        self.active.iter().map(|a| a.job.speech.session_bytes).sum()
     }
 
     /// Admits queued jobs between steps; waits for one when nothing runs. False once the
     /// queue is closed and nothing is left to run.
     fn admit(&mut self, jobs: &mut mpsc::Receiver<SpeechJob>) -> bool {
-        let batching = &self.settings.batching;
+        let settings = self.settings;
+        let (batching, model) = (&settings.batching, settings.model_id.as_str());
         while self.active.len() < batching.max_batch_size.max(1) {
-            let admission = match self.waiting.take() {
-                Some(admission) => admission,
-                None => {
-                    let job = if self.active.is_empty() {
-                        match jobs.blocking_recv() {
-                            Some(job) => job,
-                            None => return false,
-                        }
-                    } else {
-                        match jobs.try_recv() {
-                            Ok(job) => job,
-                            Err(_) => break,
-                        }
-                    };
-                    if job.events.is_closed() {
-                        count_outcome("cancelled");
-                        continue;
-                    }
-                    let model = self.model;
-                    let streaming = &self.settings.streaming;
-                    match catch_unwind(AssertUnwindSafe(|| Admission::new(model, job, streaming))) {
-                        Ok(admission) => admission,
-                        Err(panic) => {
-                            count_outcome("panicked");
-                            tracing::error!(message = %panic_message(&*panic), "admission panicked");
-                            continue;
-                        }
-                    }
-                }
+            let job = match self.waiting.take() {
+                Some(job) => job,
+                None if self.active.is_empty() => match jobs.blocking_recv() {
+                    Some(job) => job,
+                    None => return false,
+                },
+                None => match jobs.try_recv() {
+                    Ok(job) => job,
+                    Err(_) => break,
+                },
             };
-            if admission.job.events.is_closed() {
-                count_outcome("cancelled");
+            if job.events.is_closed() {
+                count_outcome(model, "cancelled");
                 continue;
             }
-            let fits = self.reserved() + admission.kv_bytes <= batching.kv_cache_budget_bytes;
+            let bytes = job.speech.session_bytes;
+            let fits = self.reserved() + bytes <= batching.kv_cache_budget_bytes;
             if !fits && !self.active.is_empty() {
-                self.waiting = Some(admission);
+                self.waiting = Some(job);
                 break;
             }
             if !fits {
                 tracing::warn!(
-                    kv_bytes = admission.kv_bytes,
+                    kv_bytes = bytes,
                     budget = batching.kv_cache_budget_bytes,
                     "a job larger than the KV budget runs alone"
                 );
             }
-            let model = self.model;
+            let engine = self.engine;
             let streaming = &self.settings.streaming;
             let started = catch_unwind(AssertUnwindSafe(|| {
-                ActiveJob::start(model, admission, streaming)
+                ActiveJob::start(engine, model, job, streaming)
             }));
             match started {
                 Ok(Ok(job)) => self.active.push(job),
                 Ok(Err(failed)) => {
                     let (job, e) = *failed;
-                    fail(&job, JobError::Synthesis(e), "failed");
+                    fail(model, &job, JobError::Engine(e), "failed");
                 }
                 Err(panic) => {
-                    count_outcome("panicked");
+                    count_outcome(model, "panicked");
                     tracing::error!(message = %panic_message(&*panic), "prefill panicked");
                 }
             }
@@ -306,9 +310,12 @@ impl<'m, T: Tensor> Batcher<'m, T> {
         if self.active.is_empty() {
             return;
         }
+        let engine = self.engine;
+        let settings = self.settings;
+        let model = settings.model_id.as_str();
         let stepped = catch_unwind(AssertUnwindSafe(|| {
-            let mut batch: Vec<_> = self.active.iter_mut().map(|a| a.generation()).collect();
-            Generation::step_batch(&mut batch);
+            let mut batch: Vec<_> = self.active.iter_mut().map(|a| a.session()).collect();
+            engine.step(&mut batch);
         }));
         if let Err(panic) = stepped {
             // The batch's caches may be half-written: every job in it fails; the model
@@ -316,33 +323,42 @@ impl<'m, T: Tensor> Batcher<'m, T> {
             let message = panic_message(&*panic);
             tracing::error!(%message, jobs = self.active.len(), "batch step panicked");
             for active in self.active.drain(..) {
-                fail(&active.job, JobError::Panicked(message.clone()), "panicked");
+                fail(
+                    model,
+                    &active.job,
+                    JobError::Panicked(message.clone()),
+                    "panicked",
+                );
             }
             return;
         }
-        let model = self.model;
         let streaming = &self.settings.streaming;
-        let panic_on_input = self.settings.panic_on_input.as_deref();
         let mut running = Vec::with_capacity(self.active.len());
         for mut active in self.active.drain(..) {
             let result = catch_unwind(AssertUnwindSafe(|| {
-                active.after_step(model, streaming, panic_on_input)
+                #[cfg(debug_assertions)]
+                if let Some(trigger) = &self.settings.panic_on_input {
+                    if active.segment_text().contains(trigger.as_str()) {
+                        panic!("test_panic_on_input matched this request's input");
+                    }
+                }
+                active.after_step(engine, streaming)
             }));
             match result {
                 Ok(Ok(None)) => running.push(active),
                 Ok(Ok(Some(Ended::Completed(summary)))) => {
-                    count_outcome("completed");
+                    count_outcome(model, "completed");
                     let _ = active.job.events.send(JobEvent::Done(summary));
                 }
                 Ok(Ok(Some(Ended::Cancelled { frames }))) => {
-                    count_outcome("cancelled");
+                    count_outcome(model, "cancelled");
                     tracing::info!(frames, "client gone: job stopped");
                 }
-                Ok(Err(e)) => fail(&active.job, JobError::Synthesis(e), "failed"),
+                Ok(Err(e)) => fail(model, &active.job, JobError::Engine(e), "failed"),
                 Err(panic) => {
                     let message = panic_message(&*panic);
                     tracing::error!(%message, "inference job panicked; the worker continues");
-                    fail(&active.job, JobError::Panicked(message), "panicked");
+                    fail(model, &active.job, JobError::Panicked(message), "panicked");
                 }
             }
         }
@@ -350,12 +366,13 @@ impl<'m, T: Tensor> Batcher<'m, T> {
     }
 }
 
-fn count_outcome(outcome: &'static str) {
-    metrics::counter!(metric_names::JOBS, "outcome" => outcome).increment(1);
+fn count_outcome(model: &str, outcome: &'static str) {
+    metrics::counter!(metric_names::JOBS, "model" => model.to_string(), "outcome" => outcome)
+        .increment(1);
 }
 
-fn fail(job: &SpeechJob, error: JobError, outcome: &'static str) {
-    count_outcome(outcome);
+fn fail(model: &str, job: &SpeechJob, error: JobError, outcome: &'static str) {
+    count_outcome(model, outcome);
     let _ = job.events.send(JobEvent::Failed(error));
 }
 

@@ -83,6 +83,21 @@ impl ApiError {
         .with_retry_after(5)
     }
 
+    /// 404 for a `model` this server does not serve (OpenAI's `model_not_found`).
+    pub fn model_not_found(name: &str, served: &[&str]) -> Self {
+        ApiError {
+            param: Some("model".into()),
+            ..ApiError::new(
+                StatusCode::NOT_FOUND,
+                Some("model_not_found"),
+                format!(
+                    "The model '{name}' does not exist on this server. Served: {}.",
+                    served.join(", ")
+                ),
+            )
+        }
+    }
+
     /// 503 once shutdown has begun.
     pub fn shutting_down() -> Self {
         ApiError::new(

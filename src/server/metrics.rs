@@ -1,5 +1,6 @@
 //! Prometheus metrics: the recorder, the HTTP request counter, and descriptions of every
-//! metric (the inference worker records its own under `infer::metric_names`).
+//! metric (the inference workers record their own under `scheduler::metric_names`); every
+//! metric but the HTTP counter has a `model` label.
 
 use crate::scheduler::metric_names as engine;
 use axum::extract::{MatchedPath, Request};
@@ -9,15 +10,15 @@ use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, Promet
 use std::time::Duration;
 
 /// Counter, labels `route` (the route pattern, or `unmatched`), `method`, `status`.
-pub const HTTP_REQUESTS: &str = "voxtral_http_requests_total";
+pub const HTTP_REQUESTS: &str = "speech_http_requests_total";
 /// Gauge: speech jobs waiting for the worker (sampled when scraped).
-pub const QUEUE_DEPTH: &str = "voxtral_queue_depth";
+pub const QUEUE_DEPTH: &str = "speech_queue_depth";
 /// Gauge: how many jobs the queue holds before answering 429.
-pub const QUEUE_CAPACITY: &str = "voxtral_queue_capacity";
+pub const QUEUE_CAPACITY: &str = "speech_queue_capacity";
 /// Histogram: seconds a job waited in the queue.
-pub const QUEUE_WAIT: &str = "voxtral_queue_wait_seconds";
+pub const QUEUE_WAIT: &str = "speech_queue_wait_seconds";
 /// Histogram: seconds from receiving a speech request to having its first audio bytes.
-pub const TIME_TO_FIRST_AUDIO: &str = "voxtral_time_to_first_audio_seconds";
+pub const TIME_TO_FIRST_AUDIO: &str = "speech_time_to_first_audio_seconds";
 
 const LATENCY_BUCKETS: [f64; 12] = [
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0,
@@ -47,7 +48,10 @@ pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
         "Time from receiving a speech request to its first audio bytes"
     );
     metrics::describe_counter!(engine::JOBS, "Speech jobs by outcome");
-    metrics::describe_counter!(engine::FRAMES, "Frames generated (80 ms of audio each)");
+    metrics::describe_counter!(
+        engine::FRAMES,
+        "Frames generated (80 ms of audio each for Voxtral TTS)"
+    );
     metrics::describe_histogram!(
         engine::AUDIO_SECONDS,
         metrics::Unit::Seconds,

@@ -1,7 +1,7 @@
 //! The HTTP layer: OpenAI's speech API in front of the inference worker (`crate::scheduler`).
 //!
 //! A speech request's path: `layers` (request id, trace, CORS, metrics, error bodies, timeout,
-//! body limit) -> `drain` and `auth` (the /v1 routes) -> `routes::speech` -> `infer` queue and
+//! body limit) -> `drain` and `auth` (the /v1 routes) -> `routes::speech` -> `scheduler` queue and
 //! worker -> `audio` encoders -> response.
 
 mod auth;
@@ -26,7 +26,7 @@ use axum::Router;
 use drain::Drain;
 use routes::speech::SEED_HEADER;
 use routes::{health, models, playground, speech, voices};
-use state::AppState;
+use state::{AppState, ServedModel};
 use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -160,10 +160,6 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
 pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     let metrics_handle = metrics::install_recorder().context("installing the metrics recorder")?;
     tokio::spawn(metrics::run_upkeep(metrics_handle.clone()));
-    let model_dir = config
-        .model
-        .clone()
-        .ok_or_else(|| anyhow!("no model folder configured"))?;
     let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port))
         .await
         .with_context(|| format!("binding {}:{}", config.host, config.port))?;
@@ -175,33 +171,42 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let (queue, engine, worker) = start_worker(
-        WorkerSettings {
-            model_dir,
-            device: config.device,
-            dtype: config.dtype.into(),
-            threads: config.threads,
-            panic_on_input: config.test_panic_on_input.clone(),
-            streaming: StreamSettings {
-                first_chunk_frames: config.first_chunk_frames,
-                chunk_frames: config.chunk_frames,
-                normalize_text: config.normalize_text,
-                segment_chars: config.segment_chars,
+    let mut models = Vec::new();
+    let mut workers = Vec::new();
+    for (id, model_dir) in config.models() {
+        let (queue, engine, worker) = start_worker(
+            WorkerSettings {
+                model_id: id.clone(),
+                model_dir,
+                device: config.device,
+                dtype: config.dtype.into(),
+                threads: config.threads,
+                #[cfg(debug_assertions)]
+                panic_on_input: config.test_panic_on_input.clone(),
+                streaming: StreamSettings {
+                    first_chunk_frames: config.first_chunk_frames,
+                    chunk_frames: config.chunk_frames,
+                },
+                batching: BatchSettings {
+                    max_batch_size: config.max_batch_size,
+                    kv_cache_budget_bytes: config.kv_cache_budget_mib << 20,
+                },
             },
-            batching: BatchSettings {
-                max_batch_size: config.max_batch_size,
-                kv_cache_budget_bytes: config.kv_cache_budget_mib << 20,
-            },
-        },
-        config.queue_capacity,
-    )
-    .context("starting the inference worker")?;
+            config.queue_capacity,
+        )
+        .with_context(|| format!("starting the inference worker of {id}"))?;
+        models.push(ServedModel { id, queue, engine });
+        workers.push(worker);
+    }
     tracing::info!("listening on http://{}", listener.local_addr()?);
     let grace = config.shutdown_grace();
+    let engines: Vec<_> = models
+        .iter()
+        .map(|m| (m.id.clone(), m.engine.clone()))
+        .collect();
     let state = AppState {
         config: Arc::new(config),
-        queue,
-        engine: engine.clone(),
+        models: models.into(),
         drain: Arc::new(Drain::default()),
         metrics: metrics_handle,
         started_at: SystemTime::now()
@@ -216,10 +221,10 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
         None => None,
     };
     let drain = state.drain.clone();
-    let signal_engine = engine.clone();
+    let signal_engines = engines.iter().map(|(_, e)| e.clone()).collect();
     let (drained, drained_rx) = tokio::sync::oneshot::channel::<()>();
     let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
-        shutdown_trigger(signal_engine, &drain, grace).await;
+        shutdown_trigger(signal_engines, &drain, grace).await;
         let _ = drained.send(());
     });
     tokio::select! {
@@ -235,30 +240,42 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
         let _ = wyoming.await;
     }
     // The router and the Wyoming listener, and with them every queue handle, are gone: the
-    // worker finishes and exits.
-    let final_state = engine.borrow().clone();
-    tokio::task::spawn_blocking(move || worker.join())
-        .await?
-        .map_err(|_| anyhow!("the inference worker thread panicked"))?;
-    match final_state {
-        EngineState::Failed(message) => Err(anyhow!("loading the model failed: {message}")),
-        _ => {
-            tracing::info!("stopped");
-            Ok(())
+    // workers finish and exit.
+    for worker in workers {
+        tokio::task::spawn_blocking(move || worker.join())
+            .await?
+            .map_err(|_| anyhow!("an inference worker thread panicked"))?;
+    }
+    for (id, engine) in &engines {
+        if let EngineState::Failed(message) = &*engine.borrow() {
+            return Err(anyhow!("loading the model failed: {id}: {message}"));
         }
     }
+    tracing::info!("stopped");
+    Ok(())
 }
 
 /// Resolves when the server should stop: after a termination signal and the drain, or at
-/// once when the model fails to load.
+/// once when a model fails to load.
 async fn shutdown_trigger(
-    mut engine: watch::Receiver<EngineState>,
+    engines: Vec<watch::Receiver<EngineState>>,
     drain: &Drain,
     grace: Duration,
 ) {
+    let (failed_tx, mut failed) = tokio::sync::mpsc::channel::<()>(1);
+    for mut engine in engines {
+        let failed_tx = failed_tx.clone();
+        tokio::spawn(async move {
+            let failed = engine.wait_for(|s| matches!(s, EngineState::Failed(_)));
+            if failed.await.is_ok() {
+                let _ = failed_tx.send(()).await;
+            }
+        });
+    }
+    drop(failed_tx);
     tokio::select! {
         () = termination_signal() => {}
-        _ = engine.wait_for(|s| matches!(s, EngineState::Failed(_))) => return,
+        Some(()) = failed.recv() => return,
     }
     drain.start();
     tracing::info!(

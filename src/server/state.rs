@@ -1,30 +1,41 @@
-//! What every handler shares.
+//! What every handler shares, and how a request's `model` finds its worker.
 
 use super::drain::Drain;
 use super::error::ApiError;
 use crate::config::ServerConfig;
-use crate::scheduler::{EngineState, JobQueue, ModelInfo};
+use crate::scheduler::{EngineState, JobQueue, LoadedModel};
 use axum::http::StatusCode;
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::sync::Arc;
 use tokio::sync::watch;
 
+/// OpenAI's speech model names: a request naming one gets the first (default) model.
+pub const OPENAI_MODEL_ALIASES: [&str; 3] = ["tts-1", "tts-1-hd", "gpt-4o-mini-tts"];
+
 #[derive(Clone)]
 pub struct AppState {
     pub config: Arc<ServerConfig>,
-    pub queue: JobQueue,
-    pub engine: watch::Receiver<EngineState>,
+    /// In the order of the settings; never empty. The first is the default model.
+    pub models: Arc<[ServedModel]>,
     pub drain: Arc<Drain>,
     pub metrics: PrometheusHandle,
     /// Unix time the server started (the `created` of /v1/models entries).
     pub started_at: u64,
 }
 
-impl AppState {
+/// One model folder and the inference worker that owns it.
+#[derive(Clone)]
+pub struct ServedModel {
+    pub id: String,
+    pub queue: JobQueue,
+    pub engine: watch::Receiver<EngineState>,
+}
+
+impl ServedModel {
     /// The loaded model, or 503 while it is loading.
-    pub fn model(&self) -> Result<Arc<ModelInfo>, ApiError> {
+    pub fn loaded(&self) -> Result<Arc<LoadedModel>, ApiError> {
         match &*self.engine.borrow() {
-            EngineState::Ready(info) => Ok(info.clone()),
+            EngineState::Ready(model) => Ok(model.clone()),
             EngineState::Loading => Err(ApiError::model_loading()),
             EngineState::Failed(message) => Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -32,5 +43,25 @@ impl AppState {
                 format!("The model failed to load: {message}"),
             )),
         }
+    }
+}
+
+impl AppState {
+    /// The first model: what Wyoming clients and requests naming OpenAI's models get.
+    pub fn default_model(&self) -> &ServedModel {
+        &self.models[0]
+    }
+
+    /// The model a request names: by id, or one of OpenAI's names; 404 for any other.
+    pub fn model_named(&self, name: &str) -> Result<&ServedModel, ApiError> {
+        if let Some(model) = self.models.iter().find(|m| m.id == name) {
+            return Ok(model);
+        }
+        if OPENAI_MODEL_ALIASES.contains(&name) {
+            return Ok(self.default_model());
+        }
+        let mut served: Vec<&str> = self.models.iter().map(|m| m.id.as_str()).collect();
+        served.extend(OPENAI_MODEL_ALIASES);
+        Err(ApiError::model_not_found(name, &served))
     }
 }

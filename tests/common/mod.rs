@@ -314,7 +314,7 @@ pub fn max_lsb_diff(a: &[i16], b: &[i16]) -> i32 {
 pub fn jobs(server: &Server, outcome: &str) -> f64 {
     metric(
         &server.metrics(),
-        "voxtral_jobs_total",
+        "speech_jobs_total",
         &[("outcome", outcome)],
     )
     .unwrap_or(0.0)

@@ -4,10 +4,16 @@
 //! `flow_head` (codes) -> audio-embedding feedback -> `backbone` step; then `codec`.
 
 pub mod codec;
+mod engine;
 pub mod flow_head;
 pub mod params;
+mod prompt;
 pub mod voices;
 
+pub use crate::engine::StopReason;
+pub use prompt::{Prompter, SpecialIds};
+
+use crate::engine::{PrepareError, SpeechPreparer};
 use crate::nn::checkpoint::Checkpoint;
 use crate::nn::decoder::{Decoder, KvCache};
 use crate::nn::layers::Loader;
@@ -30,18 +36,8 @@ pub const DEFAULT_MAX_FRAMES: usize = 2048;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SynthError {
-    #[error("unknown voice {0:?}")]
-    UnknownVoice(String),
-    #[error("text is empty")]
-    EmptyText,
-    #[error("max_frames must be between 1 and {max}, got {got}")]
-    MaxFrames { got: usize, max: usize },
-    #[error("prompt of {prompt} tokens plus {frames} frames exceeds the model's {max} positions")]
-    TooLong {
-        prompt: usize,
-        frames: usize,
-        max: usize,
-    },
+    #[error(transparent)]
+    Input(#[from] PrepareError),
     #[error("noise array holds {got} values, need {need} ({frames} frames x {width})")]
     NoiseLength {
         got: usize,
@@ -81,45 +77,10 @@ pub struct StageTimes {
     pub codec: Duration,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StopReason {
-    /// The model predicted END_AUDIO.
-    EndAudio,
-    /// `max_frames` were generated.
-    MaxFrames,
-}
-
-/// Special token ids of the prompt, looked up by name in `tekken.json`.
-#[derive(Clone, Copy, Debug)]
-pub struct SpecialIds {
-    pub bos: u32,
-    pub audio: u32,
-    pub begin_audio: u32,
-    pub next_audio_text: u32,
-    pub repeat_audio_text: u32,
-}
-
-impl SpecialIds {
-    fn lookup(tok: &Tekken, file: &str) -> Result<Self, LoadError> {
-        let id = |name: &str| {
-            tok.special_id(name).ok_or_else(|| {
-                LoadError::invalid(file, format!("special_tokens.{name}"), "missing")
-            })
-        };
-        Ok(SpecialIds {
-            bos: id("<s>")?,
-            audio: id("[AUDIO]")?,
-            begin_audio: id("[BEGIN_AUDIO]")?,
-            next_audio_text: id("[NEXT_AUDIO_TEXT]")?,
-            repeat_audio_text: id("[REPEAT_AUDIO_TEXT]")?,
-        })
-    }
-}
-
 pub struct Voxtral<T: Tensor> {
     pub config: Config,
-    pub tokenizer: Tekken,
-    pub special: SpecialIds,
+    /// Tokenizer and prompt layout, shared with the request path.
+    pub prompter: Arc<Prompter>,
     voices: BTreeMap<String, Voice>,
     tok_embeddings: T,
     audio_embeddings: T,
@@ -136,7 +97,21 @@ impl<T: Tensor> Voxtral<T> {
     /// Loads a model folder in the published layout: params.json, consolidated.safetensors,
     /// tekken.json and voice_embedding/.
     pub fn load(dir: &Path, device: &T::Device, dtype: DType) -> Result<Self, LoadError> {
-        let config = Config::from_file(&dir.join("params.json"))?;
+        Self::load_with(
+            dir,
+            Config::from_file(&dir.join("params.json"))?,
+            device,
+            dtype,
+        )
+    }
+
+    /// Loads the folder `dir` whose params.json was already read as `config`.
+    pub fn load_with(
+        dir: &Path,
+        config: Config,
+        device: &T::Device,
+        dtype: DType,
+    ) -> Result<Self, LoadError> {
         let tekken_path = dir.join("tekken.json");
         let tokenizer = Tekken::from_file(&tekken_path).map_err(|e| {
             LoadError::invalid(
@@ -145,7 +120,7 @@ impl<T: Tensor> Voxtral<T> {
                 e.to_string(),
             )
         })?;
-        let special = SpecialIds::lookup(&tokenizer, &tekken_path.display().to_string())?;
+        let special = SpecialIds::lookup(&tokenizer, &tekken_path.display().to_string(), &config)?;
         let a = &config.args;
         if tokenizer.vocab_size() > a.vocab_size {
             return Err(LoadError::invalid(
@@ -199,11 +174,17 @@ impl<T: Tensor> Voxtral<T> {
         if !unused.is_empty() {
             tracing::warn!(file = ckpt.file(), count = unused.len(), first = %unused[0], "checkpoint has tensors the model does not use");
         }
+        let prompter = Prompter {
+            tokenizer,
+            special,
+            voice_rows: voices.iter().map(|(k, v)| (k.clone(), v.rows)).collect(),
+            max_positions: config.max_positions,
+            kv_bytes_per_position: 2 * a.n_layers * a.n_kv_heads * a.head_dim * dtype.size(),
+        };
         Ok(Voxtral {
             _weights: ckpt.mmap(),
             config,
-            tokenizer,
-            special,
+            prompter: Arc::new(prompter),
             voices,
             tok_embeddings,
             audio_embeddings,
@@ -231,24 +212,9 @@ impl<T: Tensor> Voxtral<T> {
         self.config.samples_per_frame
     }
 
-    /// `[BOS] [BEGIN_AUDIO] [AUDIO] x N [NEXT_AUDIO_TEXT] text [REPEAT_AUDIO_TEXT] [BEGIN_AUDIO]`.
+    /// The prompt of `text` in `voice` (see `prompt`).
     pub fn prompt_ids(&self, text: &str, voice: &str) -> Result<Vec<u32>, SynthError> {
-        let v = self
-            .voices
-            .get(voice)
-            .ok_or_else(|| SynthError::UnknownVoice(voice.to_string()))?;
-        let s = &self.special;
-        let text_ids = self.tokenizer.encode(text);
-        if text_ids.is_empty() {
-            return Err(SynthError::EmptyText);
-        }
-        let mut ids = vec![s.bos, s.begin_audio];
-        ids.extend(std::iter::repeat_n(s.audio, v.rows));
-        ids.push(s.next_audio_text);
-        ids.extend(text_ids);
-        ids.push(s.repeat_audio_text);
-        ids.push(s.begin_audio);
-        Ok(ids)
+        Ok(self.prompter.prompt_ids(text, voice)?)
     }
 
     /// Embeds the prompt; the `[AUDIO]` rows are replaced, in order, by the voice's rows.
@@ -263,9 +229,9 @@ impl<T: Tensor> Voxtral<T> {
         let mut parts = Vec::new();
         let (mut start, mut next_voice_row) = (0, 0);
         while start < ids.len() {
-            let is_audio = ids[start] == self.special.audio;
+            let is_audio = ids[start] == self.prompter.special.audio;
             let end = (start..ids.len())
-                .find(|&i| (ids[i] == self.special.audio) != is_audio)
+                .find(|&i| (ids[i] == self.prompter.special.audio) != is_audio)
                 .unwrap_or(ids.len());
             let len = end - start;
             parts.push(if is_audio {
@@ -282,29 +248,43 @@ impl<T: Tensor> Voxtral<T> {
     }
 
     /// Prefills the prompt and returns a generation that yields one frame per `next_frame`.
+    /// The text is tokenized as given: no normalization, no segments (`crate::engine::prepare`
+    /// does those for the server and `synth`).
     pub fn start(&self, req: &SynthesisRequest) -> Result<Generation<'_, T>, SynthError> {
         if req.max_frames == 0 || req.max_frames > DEFAULT_MAX_FRAMES {
-            return Err(SynthError::MaxFrames {
+            return Err(PrepareError::MaxFrames {
                 got: req.max_frames,
                 max: DEFAULT_MAX_FRAMES,
-            });
+            }
+            .into());
         }
         let ids = self.prompt_ids(&req.text, &req.voice)?;
-        let capacity = ids.len() + req.max_frames;
-        if capacity > self.config.max_positions {
-            return Err(SynthError::TooLong {
+        if ids.len() + req.max_frames > self.config.max_positions {
+            return Err(PrepareError::TooLong {
                 prompt: ids.len(),
                 frames: req.max_frames,
                 max: self.config.max_positions,
-            });
+            }
+            .into());
         }
+        self.start_prompt(ids, &req.voice, req.max_frames, &req.noise)
+    }
+
+    /// Prefills a prompt built by `prompt_ids` (its length already checked).
+    fn start_prompt(
+        &self,
+        ids: Vec<u32>,
+        voice: &str,
+        max_frames: usize,
+        noise: &Noise,
+    ) -> Result<Generation<'_, T>, SynthError> {
         let width = self.flow.n_acoustic();
-        let noise = match &req.noise {
-            Noise::Given(v) if v.len() < req.max_frames * width => {
+        let noise = match noise {
+            Noise::Given(v) if v.len() < max_frames * width => {
                 return Err(SynthError::NoiseLength {
                     got: v.len(),
-                    need: req.max_frames * width,
-                    frames: req.max_frames,
+                    need: max_frames * width,
+                    frames: max_frames,
                     width,
                 })
             }
@@ -317,7 +297,11 @@ impl<T: Tensor> Voxtral<T> {
                 *scale,
             ),
         };
-        let voice = &self.voices[&req.voice];
+        let voice = self
+            .voices
+            .get(voice)
+            .ok_or_else(|| PrepareError::UnknownVoice(voice.to_string()))?;
+        let capacity = ids.len() + max_frames;
         let started = Instant::now();
         let mut cache = self.backbone.new_cache(&self.device, self.dtype, capacity);
         let hidden = self
@@ -337,7 +321,7 @@ impl<T: Tensor> Voxtral<T> {
             hidden: last,
             noise,
             frames: Vec::new(),
-            max_frames: req.max_frames,
+            max_frames,
             stop: None,
             times,
         })
@@ -357,8 +341,7 @@ impl<T: Tensor> Voxtral<T> {
     /// Bytes a generation's KV cache takes for `positions` (prompt plus frames): what batching
     /// budgets against, since the cache is allocated whole when a generation starts.
     pub fn kv_cache_bytes(&self, positions: usize) -> usize {
-        let a = &self.config.args;
-        2 * a.n_layers * a.n_kv_heads * a.head_dim * positions * self.dtype.size()
+        self.prompter.session_bytes(positions)
     }
 
     /// Frames of context `decode_tail` reads before its first new frame.

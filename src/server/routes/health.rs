@@ -20,7 +20,7 @@ pub async fn health() -> Json<Status> {
     Json(Status { status: "ok" })
 }
 
-/// Readiness: 200 once the model is loaded, 503 while loading or shutting down.
+/// Readiness: 200 once every model is loaded, 503 while loading or shutting down.
 #[utoipa::path(get, path = "/ready", tag = "operations", responses(
     (status = 200, description = "The model is loaded", body = Status),
     (status = 503, description = "Loading, load failed, or shutting down", body = ErrorResponse),
@@ -29,6 +29,8 @@ pub async fn ready(State(app): State<AppState>) -> Result<Json<Status>, ApiError
     if app.drain.is_draining() {
         return Err(ApiError::shutting_down());
     }
-    app.model()?;
+    for model in app.models.iter() {
+        model.loaded()?;
+    }
     Ok(Json(Status { status: "ready" }))
 }

@@ -12,8 +12,11 @@ use axum::response::IntoResponse;
     (status = 200, description = "Prometheus text exposition format", body = String,
      content_type = "text/plain; version=0.0.4")))]
 pub async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
-    metrics::gauge!(QUEUE_DEPTH).set(app.queue.depth() as f64);
-    metrics::gauge!(QUEUE_CAPACITY).set(app.queue.capacity() as f64);
+    for model in app.models.iter() {
+        let id = model.id.clone();
+        metrics::gauge!(QUEUE_DEPTH, "model" => id.clone()).set(model.queue.depth() as f64);
+        metrics::gauge!(QUEUE_CAPACITY, "model" => id).set(model.queue.capacity() as f64);
+    }
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         app.metrics.render(),

@@ -1,15 +1,11 @@
-//! `GET /v1/models`: the served model under its own id and OpenAI's speech model names;
+//! `GET /v1/models`: each served model under its own id, and OpenAI's speech model names;
 //! `GET /v1/audio/models`: the same ids in the shape Open WebUI reads.
 
-use crate::server::state::AppState;
+use crate::server::state::{AppState, OPENAI_MODEL_ALIASES};
 use axum::extract::State;
 use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
-
-/// OpenAI's speech model names, listed so that clients which check /v1/models find one.
-/// Any `model` value is accepted by /v1/audio/speech; all of them mean the same model.
-pub const OPENAI_MODEL_ALIASES: [&str; 3] = ["tts-1", "tts-1-hd", "gpt-4o-mini-tts"];
 
 #[derive(Serialize, ToSchema)]
 pub struct ModelList {
@@ -26,28 +22,89 @@ pub struct Model {
     /// Unix time the server started.
     created: u64,
     owned_by: &'static str,
+    /// Extension: the model family, e.g. `voxtral-tts` (absent while loading).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    family: Option<&'static str>,
+    /// Extension: what the model can do (absent while loading).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    capabilities: Option<Capabilities>,
+    /// Extension: other names requests may use for it (OpenAI's, for the default model).
+    aliases: Vec<&'static str>,
+    /// Extension: for an alias entry, the id of the model it stands for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parent: Option<String>,
 }
 
-/// The model id from the settings (`model_id`), then the OpenAI aliases.
-fn model_ids(app: &AppState) -> impl Iterator<Item = String> + '_ {
-    std::iter::once(app.config.model_id.clone())
-        .chain(OPENAI_MODEL_ALIASES.iter().map(|s| s.to_string()))
+#[derive(Serialize, ToSchema)]
+pub struct Capabilities {
+    /// Endpoints it serves, e.g. `/v1/audio/speech`.
+    endpoints: Vec<&'static str>,
+    /// Preset voice names.
+    voices: Vec<String>,
+    /// A voice can be cloned from a reference clip.
+    cloning: bool,
+    /// Free-text instructions steer the style.
+    instructions: bool,
+    /// BCP 47 codes.
+    languages: Vec<String>,
+    /// Of the PCM it produces (before any encoding).
+    sample_rate: u32,
 }
 
-/// Lists the model id from the settings (`model_id`) followed by the OpenAI aliases.
+/// Each served model, then OpenAI's names for the default (first) one.
+fn models(app: &AppState) -> Vec<Model> {
+    let mut list: Vec<Model> = app
+        .models
+        .iter()
+        .enumerate()
+        .map(|(i, served)| {
+            let loaded = served.loaded().ok();
+            Model {
+                id: served.id.clone(),
+                object: "model",
+                created: app.started_at,
+                owned_by: loaded.as_ref().map_or("unknown", |m| m.card.owned_by),
+                family: loaded.as_ref().map(|m| m.card.family),
+                capabilities: loaded.map(|m| Capabilities {
+                    endpoints: vec!["/v1/audio/speech"],
+                    voices: m.card.voices.clone(),
+                    cloning: m.card.cloning,
+                    instructions: m.card.instructions,
+                    languages: m.card.languages.clone(),
+                    sample_rate: m.card.sample_rate,
+                }),
+                aliases: if i == 0 {
+                    OPENAI_MODEL_ALIASES.to_vec()
+                } else {
+                    Vec::new()
+                },
+                parent: None,
+            }
+        })
+        .collect();
+    let default = app.default_model();
+    let owned_by = list[0].owned_by;
+    list.extend(OPENAI_MODEL_ALIASES.iter().map(|alias| Model {
+        id: alias.to_string(),
+        object: "model",
+        created: app.started_at,
+        owned_by,
+        family: None,
+        capabilities: None,
+        aliases: Vec::new(),
+        parent: Some(default.id.clone()),
+    }));
+    list
+}
+
+/// Lists each served model (with its family, capabilities and aliases), then OpenAI's speech
+/// model names, which stand for the first model.
 #[utoipa::path(get, path = "/v1/models", tag = "models", security(("api_key" = [])),
-    responses((status = 200, description = "The model and its aliases", body = ModelList)))]
+    responses((status = 200, description = "The models and their aliases", body = ModelList)))]
 pub async fn list_models(State(app): State<AppState>) -> Json<ModelList> {
     Json(ModelList {
         object: "list",
-        data: model_ids(&app)
-            .map(|id| Model {
-                id,
-                object: "model",
-                created: app.started_at,
-                owned_by: "mistralai",
-            })
-            .collect(),
+        data: models(&app),
     })
 }
 
@@ -70,6 +127,9 @@ pub struct AudioModel {
     responses((status = 200, description = "The model and its aliases", body = AudioModelList)))]
 pub async fn list_audio_models(State(app): State<AppState>) -> Json<AudioModelList> {
     Json(AudioModelList {
-        models: model_ids(&app).map(|id| AudioModel { id }).collect(),
+        models: models(&app)
+            .into_iter()
+            .map(|m| AudioModel { id: m.id })
+            .collect(),
     })
 }

@@ -4,10 +4,16 @@
 use crate::server::error::{ApiError, ErrorResponse};
 use crate::server::state::AppState;
 use crate::server::voice_catalog::{aliases_of, preset_info};
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::Json;
-use serde::Serialize;
-use utoipa::ToSchema;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+#[derive(Deserialize, IntoParams)]
+pub struct VoicesQuery {
+    /// Whose voices: a served model's id (see /v1/models); the default model when absent.
+    model: Option<String>,
+}
 
 #[derive(Serialize, ToSchema)]
 pub struct VoiceList {
@@ -38,17 +44,27 @@ pub struct Voice {
     aliases: Vec<&'static str>,
 }
 
-/// Lists the preset voices.
+/// Lists the preset voices of a model (the default one unless `model` is given).
 ///
 /// Open to clients without a key when `public_discovery` is on (the default).
 #[utoipa::path(get, path = "/v1/audio/voices", tag = "audio", security((), ("api_key" = [])),
     responses(
         (status = 200, description = "The preset voices", body = VoiceList),
+        (status = 404, description = "No such model", body = ErrorResponse),
         (status = 503, description = "The model is still loading", body = ErrorResponse),
-    ))]
-pub async fn list_voices(State(app): State<AppState>) -> Result<Json<VoiceList>, ApiError> {
-    let model = app.model()?;
+    ),
+    params(VoicesQuery))]
+pub async fn list_voices(
+    State(app): State<AppState>,
+    Query(query): Query<VoicesQuery>,
+) -> Result<Json<VoiceList>, ApiError> {
+    let served = match &query.model {
+        Some(name) => app.model_named(name)?,
+        None => app.default_model(),
+    };
+    let model = served.loaded()?;
     let data: Vec<Voice> = model
+        .card
         .voices
         .iter()
         .map(|name| {

@@ -2,7 +2,7 @@
 //! the voice a request without one gets.
 
 use crate::cli::DEFAULT_MODEL_REPO;
-use crate::scheduler::ModelInfo;
+use crate::engine::ModelCard;
 use crate::server::voice_catalog::preset_info;
 use serde_json::{json, Value};
 
@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 const DEFAULT_VOICE: &str = "neutral_female";
 
 /// The data of the `info` event (the `wyoming` package's `Info`, `TtsProgram`, `TtsVoice`).
-pub fn info(model: &ModelInfo, model_id: &str) -> Value {
+pub fn info(model: &ModelCard, model_id: &str) -> Value {
     let attribution = json!({
         "name": "Mistral AI",
         "url": format!("https://huggingface.co/{DEFAULT_MODEL_REPO}"),
@@ -73,11 +73,7 @@ mod tests {
 
     #[test]
     fn every_preset_is_a_voice_with_its_language() {
-        let model = ModelInfo {
-            voices: vec!["fr_male".into(), "robot".into()],
-            sample_rate: 24_000,
-            device: "Cpu".into(),
-        };
+        let model = ModelCard::example(&["fr_male", "robot"]);
         let info = info(&model, "voxtral");
         let tts = &info["tts"][0];
         assert_eq!(tts["supports_synthesize_streaming"], true);

@@ -9,11 +9,11 @@
 use super::event::{read_event, write_event, Event, ReadError};
 use super::info::{default_voice, info};
 use crate::audio::{stream_encoder, AudioFormat};
-use crate::scheduler::{EngineState, JobEvent, JobOptions, ModelInfo};
+use crate::scheduler::{EngineState, JobEvent, JobOptions, LoadedModel};
 use crate::server::drain::InFlight;
 use crate::server::error::ApiError;
 use crate::server::parse_speech_body;
-use crate::server::routes::speech::{first_audio, job_error, submit, worker_stopped};
+use crate::server::routes::speech::{first_audio, job_error, prepare, submit, worker_stopped};
 use crate::server::state::AppState;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
@@ -120,7 +120,7 @@ impl Session {
         match event.kind.as_str() {
             "describe" => {
                 let model = self.loaded_model().await?;
-                let info = info(&model, &self.app.config.model_id);
+                let info = info(&model.card, &self.app.default_model().id);
                 self.write(Event::new("info", info)).await
             }
             "ping" => {
@@ -173,12 +173,13 @@ impl Session {
     }
 
     /// Waits for the model (Home Assistant asks for `info` as soon as it connects).
-    async fn loaded_model(&self) -> Result<Arc<ModelInfo>, ApiError> {
-        let mut engine = self.app.engine.clone();
+    async fn loaded_model(&self) -> Result<Arc<LoadedModel>, ApiError> {
+        let served = self.app.default_model();
+        let mut engine = served.engine.clone();
         let _ = engine
             .wait_for(|s| !matches!(s, EngineState::Loading))
             .await;
-        self.app.model()
+        served.loaded()
     }
 
     /// Synthesizes `text` as `audio-start`, `audio-chunk`*, `audio-stop`.
@@ -187,27 +188,29 @@ impl Session {
             return Err(ApiError::shutting_down().into());
         }
         let _in_flight = InFlight::new(self.app.drain.clone());
-        let model = self.app.model()?;
+        let served = self.app.default_model().clone();
+        let model = served.loaded()?;
         let voice = options
             .voice
             .as_deref()
-            .or_else(|| default_voice(&model.voices, options.language.as_deref()))
+            .or_else(|| default_voice(&model.card.voices, options.language.as_deref()))
             .ok_or_else(|| ApiError::invalid("voice", "This model folder has no preset voices."))?;
-        let body = json!({"model": "wyoming", "input": text, "voice": voice,
+        let body = json!({"model": served.id, "input": text, "voice": voice,
             "response_format": "pcm", "seed": options.seed, "max_frames": options.max_frames});
         let speech = parse_speech_body(
             body.to_string().as_bytes(),
             self.app.config.max_input_chars,
-            &model,
+            &model.card,
         )?;
+        let prepared = prepare(&self.app, &model, &speech).await?;
         let job = JobOptions {
-            normalize_text: speech.normalize,
             stream: true,
+            ..JobOptions::default()
         };
-        let mut events = submit(&self.app, speech.synthesis, job)?;
-        let mut next = first_audio(&mut events).await?;
+        let mut events = submit(&served, prepared, job)?;
+        let mut next = first_audio(&mut events, &served.id).await?;
         let mut encoder = stream_encoder(AudioFormat::Pcm).map_err(encoding_failed)?;
-        let format = json!({"rate": model.sample_rate, "width": 2, "channels": 1});
+        let format = json!({"rate": model.card.sample_rate, "width": 2, "channels": 1});
         self.write(Event::new("audio-start", format.clone()))
             .await?;
         loop {
@@ -216,7 +219,7 @@ impl Session {
                 None => events.recv().await.ok_or_else(worker_stopped)?,
             };
             match event {
-                JobEvent::Started { .. } => {}
+                JobEvent::Started { .. } | JobEvent::Progress { .. } => {}
                 JobEvent::Audio(pcm) => {
                     let bytes = encoder.push(&pcm).map_err(encoding_failed)?;
                     self.write_audio(&format, bytes).await?;

@@ -9,12 +9,12 @@ pub use request::{Speech, StreamFormat};
 use crate::audio::{
     encode_audio, stream_encoder, time_stretch, AudioError, AudioFormat, StreamEncoder,
 };
-use crate::models::voxtral_tts::{SynthError, SynthesisRequest};
-use crate::scheduler::{JobError, JobEvent, JobOptions, JobSummary, ModelInfo, SubmitError};
+use crate::engine::{prepare_speech, ModelCard, PreparedSpeech};
+use crate::scheduler::{JobError, JobEvent, JobOptions, JobSummary, LoadedModel, SubmitError};
 use crate::server::error::{ApiError, ErrorDetail, ErrorResponse};
 use crate::server::json::JsonBody;
 use crate::server::metrics::{QUEUE_WAIT, TIME_TO_FIRST_AUDIO};
-use crate::server::state::AppState;
+use crate::server::state::{AppState, ServedModel};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
@@ -35,7 +35,7 @@ use utoipa::{PartialSchema, ToSchema};
 pub fn parse_speech_body(
     body: &[u8],
     max_input_chars: usize,
-    model: &ModelInfo,
+    model: &ModelCard,
 ) -> Result<Speech, ApiError> {
     crate::server::json::parse::<SpeechRequest>(body)?.validate(max_input_chars, model)
 }
@@ -131,19 +131,20 @@ pub async fn create_speech(
     JsonBody(request): JsonBody<SpeechRequest>,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
-    let model = app.model()?;
-    let mut speech = request.validate(app.config.max_input_chars, &model)?;
+    let served = app.model_named(&request.model)?;
+    let model = served.loaded()?;
+    let mut speech = request.validate(app.config.max_input_chars, &model.card)?;
     if speech.stream_format.is_none() && reads_as_stream(&headers) {
         speech.stream_format = Some(StreamFormat::Audio);
     }
-    let voice = speech.synthesis.voice.clone();
+    let prepared = prepare(&app, &model, &speech).await?;
     let options = JobOptions {
-        normalize_text: speech.normalize,
         stream: speech.stream_format.is_some(),
+        ..JobOptions::default()
     };
-    let mut events = submit(&app, speech.synthesis, options)?;
+    let mut events = submit(served, prepared, options)?;
     // Errors before any audio (e.g. the tokenizer's limits) still get their status code.
-    let first = first_audio(&mut events).await?;
+    let first = first_audio(&mut events, &served.id).await?;
     let (format, speed) = (speech.format, speech.speed);
     let mut response = match speech.stream_format {
         None => {
@@ -159,10 +160,11 @@ pub async fn create_speech(
             .await
             .map_err(|e| ApiError::internal(format!("audio encoding stopped: {e}")))?
             .map_err(|e| ApiError::internal(format!("audio encoding failed: {e}")))?;
-            metrics::histogram!(TIME_TO_FIRST_AUDIO).record(received.elapsed().as_secs_f64());
+            metrics::histogram!(TIME_TO_FIRST_AUDIO, "model" => served.id.clone())
+                .record(received.elapsed().as_secs_f64());
             tracing::info!(
                 model = %speech.model,
-                voice = %voice,
+                voice = %speech.voice,
                 frames = summary.frames,
                 stop = ?summary.stop,
                 synthesis_ms = summary.synthesis_time.as_millis() as u64,
@@ -175,7 +177,8 @@ pub async fn create_speech(
                 .body(Body::from(audio))
         }
         Some(stream_format) => {
-            metrics::histogram!(TIME_TO_FIRST_AUDIO).record(received.elapsed().as_secs_f64());
+            metrics::histogram!(TIME_TO_FIRST_AUDIO, "model" => served.id.clone())
+                .record(received.elapsed().as_secs_f64());
             let encoder = stream_encoder(format)
                 .map_err(|e| ApiError::internal(format!("audio encoding failed: {e}")))?;
             let sse = stream_format == StreamFormat::Sse;
@@ -211,19 +214,38 @@ pub async fn create_speech(
     Ok(response)
 }
 
-/// Queues a validated synthesis (for the HTTP route and the Wyoming listener alike).
-pub(crate) fn submit(
+/// Normalizes, splits and tokenizes a validated request (on the blocking pool: linear in the
+/// input, but long inputs take milliseconds). Input the model cannot take is a 400 here,
+/// before the request waits in any queue.
+pub(crate) async fn prepare(
     app: &AppState,
-    synthesis: SynthesisRequest,
+    model: &std::sync::Arc<LoadedModel>,
+    speech: &Speech,
+) -> Result<PreparedSpeech, ApiError> {
+    let input = speech.input(app.config.normalize_text, app.config.segment_chars);
+    let model = model.clone();
+    tokio::task::spawn_blocking(move || {
+        prepare_speech(&*model.preparer, model.card.max_frames, input)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("text preparation stopped: {e}")))?
+    .map_err(|e| ApiError::invalid(e.param(), format!("{e}.")))
+}
+
+/// Queues a prepared synthesis on `model`'s worker (for the HTTP route and the Wyoming
+/// listener alike).
+pub(crate) fn submit(
+    model: &ServedModel,
+    speech: PreparedSpeech,
     options: JobOptions,
 ) -> Result<UnboundedReceiver<JobEvent>, ApiError> {
-    app.queue.submit(synthesis, options).map_err(|e| match e {
+    model.queue.submit(speech, options).map_err(|e| match e {
         SubmitError::Full => ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             Some("queue_full"),
             format!(
                 "The server is busy: {} requests are already waiting. Retry shortly.",
-                app.queue.capacity()
+                model.queue.capacity()
             ),
         )
         .with_retry_after(1),
@@ -241,15 +263,9 @@ fn reads_as_stream(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"stream"))
 }
 
-/// The error a failed job gets, before any audio was sent.
+/// The error a failed job gets (its input was checked before it was queued).
 pub(crate) fn job_error(e: JobError) -> ApiError {
-    match e {
-        // Limits only the tokenizer can check: the text's fault, not the server's.
-        JobError::Synthesis(e @ (SynthError::TooLong { .. } | SynthError::EmptyText)) => {
-            ApiError::invalid("input", e.to_string())
-        }
-        e => ApiError::internal(format!("Synthesis failed: {e}")),
-    }
+    ApiError::internal(format!("Synthesis failed: {e}"))
 }
 
 pub(crate) fn worker_stopped() -> ApiError {
@@ -259,12 +275,15 @@ pub(crate) fn worker_stopped() -> ApiError {
 /// Waits for the job's first audio; `None` when it finished without any.
 pub(crate) async fn first_audio(
     events: &mut UnboundedReceiver<JobEvent>,
+    model: &str,
 ) -> Result<Option<JobEvent>, ApiError> {
     while let Some(event) = events.recv().await {
         match event {
             JobEvent::Started { queued } => {
-                metrics::histogram!(QUEUE_WAIT).record(queued.as_secs_f64());
+                metrics::histogram!(QUEUE_WAIT, "model" => model.to_string())
+                    .record(queued.as_secs_f64());
             }
+            JobEvent::Progress { .. } => {}
             JobEvent::Failed(e) => return Err(job_error(e)),
             event => return Ok(Some(event)),
         }
@@ -285,7 +304,7 @@ async fn collect_audio(
             None => events.recv().await.ok_or_else(worker_stopped)?,
         };
         match event {
-            JobEvent::Started { .. } => {}
+            JobEvent::Started { .. } | JobEvent::Progress { .. } => {}
             JobEvent::Audio(chunk) => pcm.extend(chunk),
             JobEvent::Done(summary) => return Ok((pcm, summary)),
             JobEvent::Failed(e) => return Err(job_error(e)),
@@ -321,7 +340,7 @@ impl Streamer {
                 },
             };
             let result = match event {
-                JobEvent::Started { .. } => continue,
+                JobEvent::Started { .. } | JobEvent::Progress { .. } => continue,
                 JobEvent::Audio(pcm) if self.speed != 1.0 => {
                     self.held.extend(pcm);
                     continue;
@@ -424,22 +443,15 @@ fn push_event(body: &mut String, event: &SseEvent) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::models::voxtral_tts::StopReason;
+    use crate::engine::StopReason;
     use std::time::Duration;
 
     #[test]
     fn parse_speech_body_statuses() {
-        let model = ModelInfo {
-            voices: vec!["fr_male".into()],
-            sample_rate: 24_000,
-            device: "Cpu".into(),
-        };
+        let model = ModelCard::example(&["fr_male"]);
         let ok = br#"{"model": "tts-1", "input": "Salut", "voice": "fr_male", "seed": 3}"#;
         let speech = parse_speech_body(ok, 10, &model).unwrap();
-        assert_eq!(
-            (speech.seed, speech.synthesis.voice.as_str()),
-            (3, "fr_male")
-        );
+        assert_eq!((speech.seed, speech.voice.as_str()), (3, "fr_male"));
         let err = |body: &[u8]| parse_speech_body(body, 10, &model).err().unwrap();
         assert_eq!(
             err(b"{\"model\": ").status,
@@ -510,6 +522,7 @@ mod tests {
             frames: 1,
             stop: StopReason::EndAudio,
             synthesis_time: Duration::ZERO,
+            codes: Vec::new(),
         }))
         .unwrap();
         let items = drain(streamer(true, rx)).await;

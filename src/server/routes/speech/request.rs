@@ -2,8 +2,7 @@
 //! validation into a job for the worker.
 
 use crate::audio::AudioFormat;
-use crate::models::voxtral_tts::{Noise, SynthesisRequest, DEFAULT_MAX_FRAMES};
-use crate::scheduler::ModelInfo;
+use crate::engine::{ModelCard, Sampling, SpeechInput};
 use crate::server::error::ApiError;
 use crate::server::voice_catalog;
 use serde::Deserialize;
@@ -16,8 +15,8 @@ pub const SPEED_RANGE: RangeInclusive<f32> = 0.25..=4.0;
 #[derive(Debug, Deserialize, ToSchema)]
 #[schema(example = json!({"model": "tts-1", "input": "Hello there!", "voice": "alloy"}))]
 pub struct SpeechRequest {
-    /// Any model name: this server serves one model, so `tts-1`, `tts-1-hd`,
-    /// `gpt-4o-mini-tts` and the id listed by /v1/models all mean it.
+    /// A served model's id (see /v1/models), or OpenAI's `tts-1`, `tts-1-hd` or
+    /// `gpt-4o-mini-tts` for the default (first) model. Any other name gets 404.
     pub model: String,
     /// The text to speak: 1 to 4096 characters (the limit is the `max_input_chars` setting).
     pub input: String,
@@ -110,9 +109,12 @@ pub enum StreamFormat {
 
 /// A request that passed validation.
 pub struct Speech {
-    /// As requested (every name means the one model): for the logs.
+    /// As requested: for the logs.
     pub model: String,
-    pub synthesis: SynthesisRequest,
+    pub text: String,
+    /// One of the model's presets.
+    pub voice: String,
+    pub max_frames: usize,
     pub format: AudioFormat,
     pub speed: f32,
     /// `None`: the whole file at the end.
@@ -123,8 +125,8 @@ pub struct Speech {
 }
 
 impl SpeechRequest {
-    /// Checks every field against the settings and the loaded model's voices.
-    pub fn validate(self, max_input_chars: usize, model: &ModelInfo) -> Result<Speech, ApiError> {
+    /// Checks every field against the settings and the model's card.
+    pub fn validate(self, max_input_chars: usize, model: &ModelCard) -> Result<Speech, ApiError> {
         let chars = self.input.chars().count();
         if chars == 0 {
             return Err(ApiError::invalid("input", "'input' must not be empty."));
@@ -155,12 +157,13 @@ impl SpeechRequest {
                 format!("'speed' must be between 0.25 and 4.0; got {speed}."),
             ));
         }
-        let max_frames = self.max_frames.unwrap_or(DEFAULT_MAX_FRAMES);
-        if !(1..=DEFAULT_MAX_FRAMES).contains(&max_frames) {
+        let max_frames = self.max_frames.unwrap_or(model.max_frames);
+        if !(1..=model.max_frames).contains(&max_frames) {
             return Err(ApiError::invalid(
                 "max_frames",
                 format!(
-                    "'max_frames' must be between 1 and {DEFAULT_MAX_FRAMES}; got {max_frames}."
+                    "'max_frames' must be between 1 and {}; got {max_frames}.",
+                    model.max_frames
                 ),
             ));
         }
@@ -170,18 +173,33 @@ impl SpeechRequest {
         let seed = self.seed.unwrap_or_else(rand::random);
         Ok(Speech {
             model: self.model,
-            synthesis: SynthesisRequest {
-                text: self.input,
-                voice: voice.to_string(),
-                max_frames,
-                noise: Noise::Seeded { seed, scale: 1.0 },
-            },
+            text: self.input,
+            voice: voice.to_string(),
+            max_frames,
             format,
             speed,
             stream_format: self.stream_format,
             seed,
             normalize: self.normalize,
         })
+    }
+}
+
+impl Speech {
+    /// What text preparation takes; `normalize_text` and `segment_chars` are the server's
+    /// settings (a request's `normalize` overrides the first).
+    pub fn input(&self, normalize_text: bool, segment_chars: usize) -> SpeechInput {
+        SpeechInput {
+            text: self.text.clone(),
+            voice: self.voice.clone(),
+            max_frames: self.max_frames,
+            sampling: Sampling {
+                seed: self.seed,
+                noise_scale: 1.0,
+            },
+            normalize: self.normalize.unwrap_or(normalize_text),
+            segment_chars,
+        }
     }
 }
 
@@ -192,12 +210,8 @@ mod tests {
     use axum::http::StatusCode;
     use serde_json::json;
 
-    fn model() -> ModelInfo {
-        ModelInfo {
-            voices: PRESET_VOICES.iter().map(|s| s.to_string()).collect(),
-            sample_rate: 24_000,
-            device: "Cpu".into(),
-        }
+    fn model() -> ModelCard {
+        ModelCard::example(&PRESET_VOICES)
     }
 
     fn validate(body: serde_json::Value) -> Result<Speech, ApiError> {
@@ -216,8 +230,8 @@ mod tests {
         let s = validate(json!({"model": "tts-1", "input": "Hi", "voice": "alloy"})).unwrap();
         assert_eq!(s.format, AudioFormat::Mp3);
         assert_eq!((s.speed, s.stream_format), (1.0, None));
-        assert_eq!(s.synthesis.voice, "neutral_female");
-        assert_eq!(s.synthesis.max_frames, DEFAULT_MAX_FRAMES);
+        assert_eq!(s.voice, "neutral_female");
+        assert_eq!(s.max_frames, model().max_frames);
     }
 
     #[test]
@@ -228,10 +242,11 @@ mod tests {
             "stream_format": "sse", "instructions": "whisper"}),
         )
         .unwrap();
-        assert_eq!((s.seed, s.synthesis.max_frames), (7, 12));
-        assert!(matches!(s.synthesis.noise, Noise::Seeded { seed: 7, scale } if scale == 1.0));
+        assert_eq!((s.seed, s.max_frames), (7, 12));
+        let input = s.input(true, 300);
+        assert_eq!((input.sampling.seed, input.sampling.noise_scale), (7, 1.0));
         assert_eq!((s.format, s.speed), (AudioFormat::Flac, 1.5));
-        assert_eq!(s.synthesis.voice, "fr_male");
+        assert_eq!(s.voice, "fr_male");
         assert_eq!(s.stream_format, Some(StreamFormat::Sse));
     }
 
@@ -262,7 +277,7 @@ mod tests {
         assert_eq!(base("speed", json!(0.2)), "speed");
         assert_eq!(base("max_frames", json!(0)), "max_frames");
         assert_eq!(
-            base("max_frames", json!(DEFAULT_MAX_FRAMES + 1)),
+            base("max_frames", json!(model().max_frames + 1)),
             "max_frames"
         );
     }

@@ -1,0 +1,130 @@
+//! The engine interface: all that the scheduler (`crate::scheduler`) and the HTTP layer
+//! (`crate::server`) know of a model family.
+//!
+//! A text-to-speech family comes in two halves:
+//! - a [`SpeechPreparer`]: thread-safe and tensor-free, used on the request path to turn text
+//!   into prompts before anything is queued ([`prepare::prepare_speech`]), so that bad input
+//!   gets its 400 at once;
+//! - a [`TextToSpeech`] engine, owned by one inference worker thread: it starts a
+//!   [`SpeechSession`] from a prepared segment and advances a batch of sessions one frame per
+//!   step, then decodes their frames to PCM.
+//!
+//! Each family lives in its own folder under `crate::models`, which also detects the family
+//! of a model folder.
+
+pub mod prepare;
+
+pub use prepare::{
+    prepare_speech, PrepareError, PreparedSegment, PreparedSpeech, Sampling, SpeechInput,
+};
+
+use std::sync::Arc;
+
+/// Why a session stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The model ended the audio itself.
+    EndAudio,
+    /// The request's frame limit was reached.
+    MaxFrames,
+}
+
+/// What a loaded model offers: what /v1/models, the voice list and validation read.
+#[derive(Clone, Debug)]
+pub struct ModelCard {
+    /// The family's name, e.g. `voxtral-tts`.
+    pub family: &'static str,
+    /// Who published the weights (OpenAI's `owned_by`).
+    pub owned_by: &'static str,
+    /// Preset voice names, sorted.
+    pub voices: Vec<String>,
+    /// Languages the model speaks (BCP 47).
+    pub languages: Vec<String>,
+    /// Whether a voice can be cloned from a reference clip.
+    pub cloning: bool,
+    /// Whether free-text style instructions steer the voice.
+    pub instructions: bool,
+    /// PCM out, mono.
+    pub sample_rate: u32,
+    /// Samples per generated frame (the unit of `max_frames` and of usage).
+    pub samples_per_frame: usize,
+    /// Most frames one request may ask for.
+    pub max_frames: usize,
+    /// The backend and device it runs on (filled in by the worker).
+    pub device: String,
+}
+
+impl ModelCard {
+    /// A card with these presets and Voxtral TTS's rates, for tests and fuzz targets that
+    /// check requests without loading a model.
+    pub fn example(voices: &[&str]) -> ModelCard {
+        ModelCard {
+            family: "voxtral-tts",
+            owned_by: "mistralai",
+            voices: voices.iter().map(|v| v.to_string()).collect(),
+            languages: vec!["en".into()],
+            cloning: false,
+            instructions: false,
+            sample_rate: 24_000,
+            samples_per_frame: 1920,
+            max_frames: 2048,
+            device: "Cpu".into(),
+        }
+    }
+}
+
+/// The request-path half of a family: no tensors, safe to call from any thread.
+pub trait SpeechPreparer: Send + Sync {
+    /// The prompt token ids of one segment of (already normalized) text spoken by `voice`, a
+    /// preset of the model's card. `Err` for input the model cannot take.
+    fn prompt(&self, text: &str, voice: &str) -> Result<Vec<u32>, PrepareError>;
+    /// Positions one session may use: its prompt plus its frames.
+    fn max_positions(&self) -> usize;
+    /// Memory one session of `positions` positions holds (what admission budgets against).
+    fn session_bytes(&self, positions: usize) -> usize;
+}
+
+/// One segment's generation on the worker: frames come out one per step.
+pub trait SpeechSession {
+    /// The prompt this session was started from.
+    fn prompt_ids(&self) -> &[u32];
+    /// The codes of every frame generated so far.
+    fn codes(&self) -> &[Vec<u32>];
+    /// `Some` once it has stopped; a stopped session is skipped by later steps.
+    fn stop_reason(&self) -> Option<StopReason>;
+}
+
+/// The worker half of a text-to-speech family.
+pub trait TextToSpeech {
+    type Session<'m>: SpeechSession
+    where
+        Self: 'm;
+
+    /// The card, without `device` (the worker describes the device).
+    fn card(&self) -> ModelCard;
+    /// The request-path half, shared with the HTTP layer once the model is loaded.
+    fn preparer(&self) -> Arc<dyn SpeechPreparer>;
+    /// Starts (prefills) segment `segment` of a prepared request.
+    fn start_session<'m>(
+        &'m self,
+        speech: &PreparedSpeech,
+        segment: usize,
+    ) -> Result<Self::Session<'m>, EngineError>;
+    /// Advances every running session of `batch` by one frame, together.
+    fn step(&self, batch: &mut [&mut Self::Session<'_>]);
+    /// PCM of the session's frames from `from` on. Decoding in pieces gives the same samples
+    /// as decoding all frames at once.
+    fn decode(&self, session: &Self::Session<'_>, from: usize) -> Result<Vec<f32>, EngineError>;
+}
+
+/// A failure inside the engine (not the input's fault: input was checked when prepared).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct EngineError(pub String);
+
+/// What to do with an engine once a family is loaded: the family is known only at run time,
+/// so the caller (the inference worker) is handed the engine through this generic method.
+pub trait WithEngine {
+    type Output;
+    fn run<E: TextToSpeech>(self, engine: E) -> Self::Output;
+}

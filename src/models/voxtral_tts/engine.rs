@@ -1,0 +1,79 @@
+//! Voxtral TTS behind the engine interface (`crate::engine`).
+
+use super::{Generation, Noise, SynthError, Voxtral, DEFAULT_MAX_FRAMES};
+use crate::engine::{
+    EngineError, ModelCard, PreparedSpeech, SpeechPreparer, SpeechSession, StopReason, TextToSpeech,
+};
+use crate::tensor::Tensor;
+use std::sync::Arc;
+
+/// The languages of the published presets (BCP 47).
+const LANGUAGES: [&str; 9] = ["en", "fr", "es", "de", "it", "pt", "nl", "ar", "hi"];
+
+impl From<SynthError> for EngineError {
+    fn from(e: SynthError) -> Self {
+        EngineError(e.to_string())
+    }
+}
+
+impl<T: Tensor> SpeechSession for Generation<'_, T> {
+    fn prompt_ids(&self) -> &[u32] {
+        &self.prompt_ids
+    }
+
+    fn codes(&self) -> &[Vec<u32>] {
+        self.frames()
+    }
+
+    fn stop_reason(&self) -> Option<StopReason> {
+        Generation::stop_reason(self)
+    }
+}
+
+impl<T: Tensor> TextToSpeech for Voxtral<T> {
+    type Session<'m>
+        = Generation<'m, T>
+    where
+        T: 'm;
+
+    fn card(&self) -> ModelCard {
+        ModelCard {
+            family: "voxtral-tts",
+            owned_by: "mistralai",
+            voices: self.voices().map(String::from).collect(),
+            languages: LANGUAGES.map(String::from).to_vec(),
+            cloning: false,
+            instructions: false,
+            sample_rate: self.sample_rate(),
+            samples_per_frame: self.samples_per_frame(),
+            max_frames: DEFAULT_MAX_FRAMES,
+            device: String::new(),
+        }
+    }
+
+    fn preparer(&self) -> Arc<dyn SpeechPreparer> {
+        self.prompter.clone()
+    }
+
+    fn start_session<'m>(
+        &'m self,
+        speech: &PreparedSpeech,
+        segment: usize,
+    ) -> Result<Generation<'m, T>, EngineError> {
+        let noise = Noise::Seeded {
+            seed: speech.sampling.seed.wrapping_add(segment as u64),
+            scale: speech.sampling.noise_scale,
+        };
+        let ids = speech.segments[segment].prompt_ids.clone();
+        Ok(self.start_prompt(ids, &speech.voice, speech.max_frames, &noise)?)
+    }
+
+    fn step(&self, batch: &mut [&mut Generation<'_, T>]) {
+        Generation::step_batch(batch);
+    }
+
+    fn decode(&self, session: &Generation<'_, T>, from: usize) -> Result<Vec<f32>, EngineError> {
+        self.decode_tail(session.frames(), from)
+            .map_err(|e| EngineError(e.to_string()))
+    }
+}
