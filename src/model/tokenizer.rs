@@ -40,7 +40,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::path::Path;
 
 use base64::Engine as _;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// The pre-tokenizer pattern of the released Tekken vocabularies (v3..v7 files).
 pub const TEKKEN_PATTERN: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -149,11 +149,8 @@ impl Tekken {
     /// Parses the contents of a `tekken.json`; `origin` (usually the file path) is used in
     /// error messages.
     pub fn from_json_str(json: &str, origin: &str) -> Result<Self, TokenizerError> {
-        let root: Value = serde_json::from_str(json).map_err(|source| TokenizerError::Json {
-            path: origin.to_string(),
-            source,
-        })?;
-        Loader { origin }.load(&root)
+        let loader = Loader { origin };
+        loader.load(loader.parse(json)?)
     }
 
     /// Encodes `text` without BOS/EOS. Ids are `rank + num_special_tokens`. Never panics.
@@ -377,6 +374,46 @@ fn next_char_boundary(text: &str, i: usize) -> usize {
     j
 }
 
+/// `tekken.json` as far as this tokenizer reads it (other keys, such as `image`, are
+/// ignored).
+#[derive(serde::Deserialize)]
+struct TekkenFile {
+    config: TekkenConfig,
+    /// Read entry by entry ([`VocabEntry`]), and only the first
+    /// `default_vocab_size - default_num_special_tokens`: the rest is unused
+    /// (mistral-common cuts it off unread).
+    vocab: Vec<Value>,
+    /// Absent or null up to version v7: mistral-common's deprecated defaults apply.
+    special_tokens: Option<Vec<SpecialTokenEntry>>,
+    audio: Option<AudioSection>,
+}
+
+#[derive(serde::Deserialize)]
+struct TekkenConfig {
+    pattern: String,
+    default_vocab_size: usize,
+    default_num_special_tokens: usize,
+    version: String,
+}
+
+#[derive(serde::Deserialize)]
+struct VocabEntry {
+    rank: usize,
+    /// Base64.
+    token_bytes: String,
+}
+
+#[derive(serde::Deserialize)]
+struct SpecialTokenEntry {
+    rank: usize,
+    token_str: String,
+}
+
+#[derive(serde::Deserialize)]
+struct AudioSection {
+    voice_num_audio_tokens: Option<BTreeMap<String, usize>>,
+}
+
 /// Parsing and validation of the JSON document, mirroring `Tekkenizer.from_file` and
 /// `Tekkenizer.__init__` of mistral-common 1.13.
 struct Loader<'a> {
@@ -399,73 +436,71 @@ impl Loader<'_> {
         }
     }
 
-    fn object<'v>(
+    /// A deserialization error at `prefix` + the error's own path (`.` is the value
+    /// itself). serde reports a missing field at the enclosing object and names the field
+    /// only in its message; the key named here is the field's.
+    fn serde_error(
         &self,
-        value: &'v Value,
-        key: &str,
-    ) -> Result<&'v Map<String, Value>, TokenizerError> {
-        value
-            .as_object()
-            .ok_or_else(|| self.invalid(key, format!("expected an object, found {}", kind(value))))
-    }
-
-    fn field<'v>(
-        &self,
-        obj: &'v Map<String, Value>,
-        parent: &str,
-        name: &str,
-    ) -> Result<&'v Value, TokenizerError> {
-        match obj.get(name) {
-            Some(v) => Ok(v),
-            None => Err(self.missing(&join_key(parent, name))),
+        prefix: &str,
+        e: serde_path_to_error::Error<serde_json::Error>,
+    ) -> TokenizerError {
+        let path = e.path().to_string();
+        let key = match (prefix, path.as_str()) {
+            ("", ".") => String::new(),
+            (_, ".") => prefix.to_string(),
+            (_, p) if prefix.is_empty() || p.starts_with('[') => format!("{prefix}{p}"),
+            (_, p) => format!("{prefix}.{p}"),
+        };
+        let inner = e.into_inner();
+        if inner.classify() != serde_json::error::Category::Data {
+            return TokenizerError::Json {
+                path: self.origin.to_string(),
+                source: inner,
+            };
+        }
+        let message = inner.to_string();
+        if let Some(field) = message
+            .strip_prefix("missing field `")
+            .and_then(|m| m.split('`').next())
+        {
+            return match key.as_str() {
+                "" => self.missing(field),
+                _ => self.missing(&format!("{key}.{field}")),
+            };
+        }
+        match key.as_str() {
+            "" => self.invalid("(root)", message),
+            _ => self.invalid(&key, message),
         }
     }
 
-    fn uint(&self, value: &Value, key: &str) -> Result<u64, TokenizerError> {
-        value.as_u64().ok_or_else(|| {
-            self.invalid(
-                key,
-                format!("expected a non-negative integer, found {}", kind(value)),
-            )
-        })
+    fn parse(&self, json: &str) -> Result<TekkenFile, TokenizerError> {
+        let mut de = serde_json::Deserializer::from_str(json);
+        let file =
+            serde_path_to_error::deserialize(&mut de).map_err(|e| self.serde_error("", e))?;
+        de.end().map_err(|source| TokenizerError::Json {
+            path: self.origin.to_string(),
+            source,
+        })?;
+        Ok(file)
     }
 
-    fn usize_field(
-        &self,
-        obj: &Map<String, Value>,
-        parent: &str,
-        name: &str,
-    ) -> Result<usize, TokenizerError> {
-        let key = join_key(parent, name);
-        let v = self.uint(self.field(obj, parent, name)?, &key)?;
-        usize::try_from(v)
-            .ok()
-            .filter(|&v| v <= u32::MAX as usize / 2)
-            .ok_or_else(|| self.invalid(&key, format!("value {v} is too large")))
+    /// `value` of `key`, at most `u32::MAX / 2` (ids are `u32`).
+    fn id_count(&self, key: &str, value: usize) -> Result<usize, TokenizerError> {
+        if value > u32::MAX as usize / 2 {
+            return Err(self.invalid(key, format!("value {value} is too large")));
+        }
+        Ok(value)
     }
 
-    fn str_field<'v>(
-        &self,
-        obj: &'v Map<String, Value>,
-        parent: &str,
-        name: &str,
-    ) -> Result<&'v str, TokenizerError> {
-        let v = self.field(obj, parent, name)?;
-        v.as_str().ok_or_else(|| {
-            self.invalid(
-                &join_key(parent, name),
-                format!("expected a string, found {}", kind(v)),
-            )
-        })
-    }
-
-    fn load(&self, root: &Value) -> Result<Tekken, TokenizerError> {
-        let root = self.object(root, "(root)")?;
-        let config = self.object(self.field(root, "", "config")?, "config")?;
-        let pattern_src = self.str_field(config, "config", "pattern")?;
-        let vocab_size = self.usize_field(config, "config", "default_vocab_size")?;
-        let num_special = self.usize_field(config, "config", "default_num_special_tokens")?;
-        let version = self.str_field(config, "config", "version")?;
+    fn load(&self, file: TekkenFile) -> Result<Tekken, TokenizerError> {
+        let config = &file.config;
+        let vocab_size = self.id_count("config.default_vocab_size", config.default_vocab_size)?;
+        let num_special = self.id_count(
+            "config.default_num_special_tokens",
+            config.default_num_special_tokens,
+        )?;
+        let version = &config.version;
         // mistral-common accepts only its known versions; accept any `v<N>` so that newer
         // files still load, and use N for the `special_tokens` rule below.
         let version_num: u32 = version
@@ -489,12 +524,16 @@ impl Loader<'_> {
         }
         let inner_vocab = vocab_size - num_special;
 
-        let specials = self.load_special_tokens(root, num_special, version_num)?;
-        let ranks = self.load_vocab(root, inner_vocab)?;
-        let voice_num_audio_tokens = self.load_voices(root)?;
+        let specials =
+            self.load_special_tokens(file.special_tokens.as_deref(), num_special, version_num)?;
+        let ranks = self.load_vocab(&file.vocab, inner_vocab)?;
+        let voice_num_audio_tokens = file
+            .audio
+            .and_then(|a| a.voice_num_audio_tokens)
+            .unwrap_or_default();
 
         let pattern =
-            fancy_regex::Regex::new(pattern_src).map_err(|e| TokenizerError::Pattern {
+            fancy_regex::Regex::new(&config.pattern).map_err(|e| TokenizerError::Pattern {
                 path: self.origin.to_string(),
                 source: Box::new(e),
             })?;
@@ -511,13 +550,13 @@ impl Loader<'_> {
 
     fn load_special_tokens(
         &self,
-        root: &Map<String, Value>,
+        list: Option<&[SpecialTokenEntry]>,
         num_special: usize,
         version_num: u32,
     ) -> Result<HashMap<String, u32>, TokenizerError> {
         let mut named: Vec<(String, u32)> = Vec::new();
-        match root.get("special_tokens") {
-            None | Some(Value::Null) => {
+        match list {
+            None => {
                 if version_num > 7 {
                     return Err(self.missing("special_tokens"));
                 }
@@ -526,26 +565,17 @@ impl Loader<'_> {
                 }
             }
             Some(list) => {
-                let list = list.as_array().ok_or_else(|| {
-                    self.invalid(
-                        "special_tokens",
-                        format!("expected an array, found {}", kind(list)),
-                    )
-                })?;
                 for (i, entry) in list.iter().enumerate() {
-                    let key = format!("special_tokens[{i}]");
-                    let obj = self.object(entry, &key)?;
-                    let name = self.str_field(obj, &key, "token_str")?;
-                    let rank = self.usize_field(obj, &key, "rank")?;
-                    if rank >= num_special {
+                    if entry.rank >= num_special {
                         return Err(self.invalid(
-                            &format!("{key}.rank"),
+                            &format!("special_tokens[{i}].rank"),
                             format!(
-                                "rank {rank} is not below config.default_num_special_tokens ({num_special})"
+                                "rank {} is not below config.default_num_special_tokens ({num_special})",
+                                entry.rank
                             ),
                         ));
                     }
-                    named.push((name.to_string(), rank as u32));
+                    named.push((entry.token_str.clone(), entry.rank as u32));
                 }
             }
         }
@@ -585,13 +615,9 @@ impl Loader<'_> {
 
     fn load_vocab(
         &self,
-        root: &Map<String, Value>,
+        vocab: &[Value],
         inner_vocab: usize,
     ) -> Result<HashMap<Vec<u8>, u32>, TokenizerError> {
-        let vocab = self.field(root, "", "vocab")?;
-        let vocab = vocab.as_array().ok_or_else(|| {
-            self.invalid("vocab", format!("expected an array, found {}", kind(vocab)))
-        })?;
         if vocab.len() < inner_vocab {
             return Err(self.invalid(
                 "vocab",
@@ -607,16 +633,18 @@ impl Loader<'_> {
         // Entries past `inner_vocab` are unused (mistral-common cuts them off unread).
         for (i, entry) in vocab[..inner_vocab].iter().enumerate() {
             let key = format!("vocab[{i}]");
-            let obj = self.object(entry, &key)?;
-            let rank = self.usize_field(obj, &key, "rank")?;
-            if rank != i {
+            let entry: VocabEntry =
+                serde_path_to_error::deserialize(entry).map_err(|e| self.serde_error(&key, e))?;
+            if entry.rank != i {
                 return Err(self.invalid(
                     &format!("{key}.rank"),
-                    format!("rank {rank} at position {i}: vocab must be sorted by rank, from 0"),
+                    format!(
+                        "rank {} at position {i}: vocab must be sorted by rank, from 0",
+                        entry.rank
+                    ),
                 ));
             }
-            let b64_str = self.str_field(obj, &key, "token_bytes")?;
-            let bytes = b64.decode(b64_str).map_err(|e| {
+            let bytes = b64.decode(&entry.token_bytes).map_err(|e| {
                 self.invalid(&format!("{key}.token_bytes"), format!("bad base64: {e}"))
             })?;
             if i < 256 && bytes != [i as u8] {
@@ -638,47 +666,6 @@ impl Loader<'_> {
             }
         }
         Ok(ranks)
-    }
-
-    fn load_voices(
-        &self,
-        root: &Map<String, Value>,
-    ) -> Result<BTreeMap<String, usize>, TokenizerError> {
-        let mut voices = BTreeMap::new();
-        let audio = match root.get("audio") {
-            None | Some(Value::Null) => return Ok(voices),
-            Some(a) => self.object(a, "audio")?,
-        };
-        let map = match audio.get("voice_num_audio_tokens") {
-            None | Some(Value::Null) => return Ok(voices),
-            Some(m) => self.object(m, "audio.voice_num_audio_tokens")?,
-        };
-        for (name, n) in map {
-            let key = format!("audio.voice_num_audio_tokens.{name}");
-            let n = self.uint(n, &key)?;
-            let n = usize::try_from(n).map_err(|_| self.invalid(&key, "value too large"))?;
-            voices.insert(name.clone(), n);
-        }
-        Ok(voices)
-    }
-}
-
-fn join_key(parent: &str, name: &str) -> String {
-    if parent.is_empty() {
-        name.to_string()
-    } else {
-        format!("{parent}.{name}")
-    }
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 
