@@ -2,9 +2,15 @@
 //! bf16 consolidated.safetensors with the real key names, a small valid tekken.json, and the
 //! voices as both PyTorch-zip `.pt` and `.safetensors`. Deterministic per seed: every tensor
 //! draws from its own stream, seeded by the run seed and the tensor's key.
+//!
+//! Behind the cargo feature `testmodel` (on by default): the production library does not
+//! need it.
+
+mod tekken;
+
+pub use tekken::write_test_tekken;
 
 use crate::model::params::{Config, ModelArgs};
-use crate::model::tokenizer::write_test_tekken;
 use crate::model::voices::VOICE_DIR;
 use anyhow::{Context, Result};
 use rand::{Rng, SeedableRng};
