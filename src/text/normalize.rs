@@ -366,7 +366,12 @@ impl<'a> MarkdownText<'a> {
             Tag::TableHead | Tag::TableRow => self.row.clear(),
             Tag::TableCell => self.cell = Some(String::new()),
             Tag::Emphasis | Tag::Strong | Tag::Strikethrough => {
-                let close = self.literal_delimiters(range);
+                let len = match tag {
+                    Tag::Emphasis => Some(1),
+                    Tag::Strong => Some(2),
+                    _ => None,
+                };
+                let close = self.literal_delimiters(range, len);
                 if let Some((open, _)) = close {
                     self.push(open);
                 }
@@ -429,21 +434,23 @@ impl<'a> MarkdownText<'a> {
     }
 
     /// The opening and closing delimiters of the emphasis (or strikethrough) spanning
-    /// `range` when they are to stay as text: between two digits (`2*3*4`), `__name__`
-    /// around one identifier, a single `~`, or inside a bare URL.
-    fn literal_delimiters(&self, range: Range<usize>) -> Option<(&'a str, &'a str)> {
+    /// `range`, `len` bytes each (`None`: a strikethrough, one or two `~`), when they are to
+    /// stay as text: between two digits (`2*3*4`), `__name__` around one identifier, a
+    /// single `~`, or inside a bare URL.
+    fn literal_delimiters(
+        &self,
+        range: Range<usize>,
+        len: Option<usize>,
+    ) -> Option<(&'a str, &'a str)> {
         let src = self.src;
         let span = src.get(range.clone())?;
         let ch = span
             .chars()
             .next()
             .filter(|c| matches!(c, '*' | '_' | '~'))?;
-        let n = span
-            .bytes()
-            .take_while(|b| *b == ch as u8)
-            .count()
-            .min(span.len() / 2);
-        if n == 0 || !span.ends_with(&span[..n]) {
+        let run = span.bytes().take_while(|b| *b == ch as u8).count();
+        let n = len.unwrap_or(run.min(2));
+        if n == 0 || run < n || 2 * n > span.len() || !span.ends_with(&span[..n]) {
             return None;
         }
         let (open, close) = (range.start..range.start + n, range.end - n..range.end);
@@ -452,7 +459,10 @@ impl<'a> MarkdownText<'a> {
         let digit_at = |i: usize| src[i..].starts_with(|c: char| c.is_ascii_digit());
         let between_digits = (digit_before(open.start) && digit_at(open.end))
             || (digit_before(close.start) && digit_at(close.end));
+        // Not `___x___` (emphasis around strong).
         let dunder = &src[open.clone()] == "__"
+            && !src[..open.start].ends_with('_')
+            && !src[close.end..].starts_with('_')
             && !inner.is_empty()
             && inner.chars().all(|c| c.is_alphanumeric() || c == '_');
         let single_tilde = &src[open.clone()] == "~";
@@ -1118,6 +1128,7 @@ mod tests {
             ),
             ("~~struck~~ text, ~5 km", "struck text, ~5 km"),
             ("**bold with *italic* inside**", "bold with italic inside"),
+            ("___both___ and H~2~O", "both and H~2~O"),
             ("*a **b** c*", "a b c"),
             ("5 * 3 = 15 and 2*3*4 = 24", "5 * 3 = 15 and 2*3*4 = 24"),
             ("**unclosed bold", "**unclosed bold"),
