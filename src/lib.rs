@@ -4,7 +4,8 @@
 //! - `tensor`: the small tensor interface the model is written against, and its backends.
 //! - `model`: loading the published model folder and running text -> codes -> PCM.
 //! - `text`: input normalization and sentence splitting before tokenization.
-//! - `testmodel`: random checkpoints in the published layout.
+//! - `testmodel`: random checkpoints in the published layout (feature `testmodel`, on by
+//!   default).
 //! - `infer`: the inference worker thread that owns the model, and its bounded job queue.
 //! - `server`: the OpenAI-compatible HTTP API (`voxtral-tts serve`), settings in `config`.
 //! - `cli`: the `voxtral-tts` command.
@@ -19,6 +20,7 @@ pub mod nn;
 pub mod scheduler;
 pub mod server;
 pub mod tensor;
+#[cfg(feature = "testmodel")]
 pub mod testmodel;
 pub mod text;
 pub mod tokenizers;

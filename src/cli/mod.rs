@@ -1,5 +1,6 @@
 //! The `voxtral-tts` command line.
 
+#[cfg(feature = "testmodel")]
 mod bench;
 mod download;
 mod load;
@@ -9,6 +10,7 @@ mod synth;
 /// The Hugging Face repository `download` fetches by default.
 pub use download::DEFAULT_REPO as DEFAULT_MODEL_REPO;
 
+#[cfg(feature = "testmodel")]
 use crate::testmodel::{make_test_model, Preset};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -38,6 +40,7 @@ enum Command {
         model: PathBuf,
     },
     /// Time the engine per frame (backbone, flow head, codec).
+    #[cfg(feature = "testmodel")]
     Bench(bench::BenchArgs),
     /// Drive a running server with N concurrent streaming clients: frames/s, real-time
     /// factor, time to first audio.
@@ -45,6 +48,7 @@ enum Command {
     /// Download the published model folder from the Hugging Face Hub (needs internet).
     Download(download::DownloadArgs),
     /// Write a random checkpoint in the published layout (for tests and benchmarks).
+    #[cfg(feature = "testmodel")]
     MakeTestModel {
         #[arg(long)]
         out: PathBuf,
@@ -71,9 +75,11 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Synth(args) => synth::run(args),
         Command::Voices { model } => synth::list_voices(&model),
+        #[cfg(feature = "testmodel")]
         Command::Bench(args) => bench::run(args),
         Command::Load(args) => load::run(args),
         Command::Download(args) => download::run(args),
+        #[cfg(feature = "testmodel")]
         Command::MakeTestModel { out, preset, seed } => make_test_model(&out, preset, seed),
     };
     match result {

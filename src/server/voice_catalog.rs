@@ -119,7 +119,7 @@ pub fn unknown_voice_message(requested: &str, presets: &[String]) -> String {
     message
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "testmodel"))]
 mod tests {
     use super::*;
     use crate::testmodel::PRESET_VOICES;

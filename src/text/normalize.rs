@@ -16,7 +16,10 @@
 //! on any `&str` and never panics.
 
 use super::chars::{is_closer, is_nospace_script, is_sentence_terminal_char};
+use std::ops::Range;
 use std::sync::LazyLock;
+
+use pulldown_cmark::{BrokenLink, CowStr, Event, LinkType, Options, Parser, Tag, TagEnd};
 
 use regex::Regex;
 
@@ -191,307 +194,378 @@ pub fn clean_chars(text: &str, invisible: bool) -> String {
 // Pass 2: markdown
 // ---------------------------------------------------------------------------------------
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum BlockKind {
-    /// Paragraph text; following plain lines continue it.
-    Para,
-    /// List item; following plain lines continue it.
-    Item,
-    /// Heading or table row: one line, never continued.
-    Line,
-    /// Fenced code: lines kept verbatim, no inline processing.
-    Code,
-}
-
-struct Block {
-    kind: BlockKind,
-    lines: Vec<String>,
-}
-
-static LIST_ITEM: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^\s*(?:([-*+•])|(\d{1,9}[.)]))[ \t]+(?:\[[ xX]\][ \t]+)?").expect("valid regex")
-});
-static LINK_DEF: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(
-        r#"^ {0,3}\[[^\]]+\]:[ \t]*<?((?:[A-Za-z][A-Za-z0-9+.-]*:|www\.|/|#)[^\s>]*)>?(?:[ \t]+(?:"[^"]*"|'[^']*'|\([^)]*\)))?[ \t]*$"#,
-    )
-    .expect("valid regex")
-});
-static FOOTNOTE_DEF: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^ {0,3}\[\^[^\]\s]+\]:[ \t]*").expect("valid regex"));
-
-/// Pass 2: markdown and HTML markup.
+/// Pass 2: markdown and HTML markup, parsed with `pulldown-cmark` (CommonMark plus GFM
+/// tables, strikethrough, task lists and footnotes); the text that markup marks up is kept.
 ///
-/// Block level, line by line: code fences (```` ``` ```` / `~~~`) are dropped and the code
-/// between them kept verbatim; `#` heading markers (and closing `#`s), blockquote `>`
-/// markers, `-`/`*`/`+`/`•` bullets, task-list boxes, setext underlines (`===`, `---`),
-/// thematic breaks (`***`, `---`, `___`), table separator rows and link reference
-/// definitions are removed; table rows become their cells joined by `", "`; ordered-list
-/// numbers (`1.`) are kept (they are often real content). Headings, list items, table
-/// rows and code blocks each become a paragraph of their own, so the line-break pass ends
-/// them with a sentence break.
+/// Headings, paragraphs, list items, block quotes, table rows (their non-empty cells
+/// joined by `", "`), footnote definitions, HTML blocks and code blocks each become a
+/// paragraph of their own (separated by a blank line), so the line-break pass ends them
+/// with a sentence break; soft line breaks stay `\n`. Code (blocks and spans) is kept
+/// verbatim. Ordered-list numbers (`1.`, `2)`) are kept (they are often real content);
+/// bullets, task boxes, `>` markers, heading and emphasis markers, link destinations,
+/// link reference definitions, footnote references and thematic breaks are removed. A
+/// link keeps its text (an autolink its URL, `mailto:` dropped), an image its alt text;
+/// `[text][ref]` keeps its text even when `ref` is not defined.
 ///
-/// Inline, outside code: see [`strip_inline`].
+/// Beyond CommonMark, for text that was not meant as markup: emphasis delimiters between
+/// two digits (`2*3*4`), `__name__` around one identifier (Python's `__init__`), a single
+/// `~` and emphasis inside a bare URL stay as they are; a line starting with `• ` is a list
+/// item. HTML: see [`strip_html`]; decoded entities never reintroduce what pass 1 removed.
 pub fn strip_markdown(text: &str) -> String {
-    let lines: Vec<&str> = text.split('\n').collect();
-    let mut blocks: Vec<Block> = Vec::new();
-    let mut open = false; // whether the last block takes continuation lines
-    let mut fence: Option<(char, usize)> = None;
-    let mut in_table = false;
-    for (idx, raw) in lines.iter().enumerate() {
-        if let Some((fc, flen)) = fence {
-            if is_fence_close(raw, fc, flen) {
-                fence = None;
-                open = false;
-            } else if let Some(b) = blocks.last_mut() {
-                b.lines.push(raw.to_string());
-            }
-            continue;
-        }
-        if let Some((fc, flen)) = fence_open(raw) {
-            fence = Some((fc, flen));
-            blocks.push(Block {
-                kind: BlockKind::Code,
-                lines: Vec::new(),
-            });
-            open = false;
-            in_table = false;
-            continue;
-        }
-        let line = strip_quote_markers(raw);
-        let trimmed = line.trim();
-        if trimmed.is_empty() || is_thematic_or_setext(trimmed) {
-            open = false;
-            in_table = false;
-            continue;
-        }
-        if is_table_separator(trimmed) {
-            in_table = true;
-            open = false;
-            continue;
-        }
-        if trimmed.contains('|') {
-            let next_is_sep = lines
-                .get(idx + 1)
-                .is_some_and(|n| is_table_separator(strip_quote_markers(n).trim()));
-            let piped = trimmed.len() > 1 && trimmed.starts_with('|') && trimmed.ends_with('|');
-            if in_table || next_is_sep || piped {
-                in_table = true;
-                open = false;
-                let row = table_row(trimmed);
-                if !row.is_empty() {
-                    blocks.push(Block {
-                        kind: BlockKind::Line,
-                        lines: vec![row],
-                    });
-                }
-                continue;
-            }
-        }
-        in_table = false;
-        if let Some(h) = atx_heading(line) {
-            blocks.push(Block {
-                kind: BlockKind::Line,
-                lines: vec![h.to_string()],
-            });
-            open = false;
-            continue;
-        }
-        if LINK_DEF.is_match(line) {
-            continue;
-        }
-        if let Some(m) = FOOTNOTE_DEF.find(line) {
-            blocks.push(Block {
-                kind: BlockKind::Para,
-                lines: vec![line[m.end()..].to_string()],
-            });
-            open = true;
-            continue;
-        }
-        if let Some(caps) = LIST_ITEM.captures(line) {
-            let whole = caps.get(0).map_or(0, |m| m.end());
-            let item = match caps.get(2) {
-                // Ordered: keep the number, drop only the task box.
-                Some(num) => format!("{} {}", num.as_str(), &line[whole..]),
-                None => line[whole..].to_string(),
-            };
-            blocks.push(Block {
-                kind: BlockKind::Item,
-                lines: vec![item],
-            });
-            open = true;
-            continue;
-        }
-        match blocks.last_mut() {
-            Some(b) if open && matches!(b.kind, BlockKind::Para | BlockKind::Item) => {
-                b.lines.push(line.to_string())
-            }
-            _ => {
-                blocks.push(Block {
-                    kind: BlockKind::Para,
-                    lines: vec![line.to_string()],
-                });
-                open = true;
-            }
+    // `[text][ref]` and `[text][]` stay links without a definition; a lone `[text]` stays text.
+    let mut broken = |link: BrokenLink<'_>| {
+        matches!(link.link_type, LinkType::Reference | LinkType::Collapsed)
+            .then(|| (CowStr::Borrowed(""), CowStr::Borrowed("")))
+    };
+    let options = Options::ENABLE_TABLES
+        | Options::ENABLE_STRIKETHROUGH
+        | Options::ENABLE_TASKLISTS
+        | Options::ENABLE_FOOTNOTES;
+    let parser = Parser::new_with_broken_link_callback(text, options, Some(&mut broken));
+    let mut w = MarkdownText::new(text);
+    for (event, range) in parser.into_offset_iter() {
+        w.event(event, range);
+    }
+    w.out
+}
+
+/// The text of a markdown document, written event by event (see [`strip_markdown`]).
+struct MarkdownText<'a> {
+    src: &'a str,
+    out: String,
+    /// Byte ranges of the bare URLs in `src`, in order: no emphasis inside them.
+    urls: Vec<Range<usize>>,
+    /// One entry per open emphasis, strong or strikethrough: the closing delimiter to write
+    /// back when the delimiters are not markup here (`2*3*4`, `__init__`).
+    emphasis: Vec<Option<&'a str>>,
+    /// Open lists, innermost last: whether each is ordered.
+    lists: Vec<bool>,
+    /// Cells of the table row being read, and the cell being written.
+    row: Vec<String>,
+    cell: Option<String>,
+    /// Raw HTML of the HTML block being read.
+    html: Option<String>,
+    code: bool,
+    autolink: bool,
+    /// Nothing written yet on the current line.
+    line_start: bool,
+}
+
+impl<'a> MarkdownText<'a> {
+    fn new(src: &'a str) -> Self {
+        Self {
+            src,
+            out: String::with_capacity(src.len()),
+            urls: bare_urls(src),
+            emphasis: Vec::new(),
+            lists: Vec::new(),
+            row: Vec::new(),
+            cell: None,
+            html: None,
+            code: false,
+            autolink: false,
+            line_start: true,
         }
     }
 
-    let mut out = String::with_capacity(text.len());
-    for b in &blocks {
-        let body = b.lines.join("\n");
-        let body = if b.kind == BlockKind::Code {
-            body
-        } else {
-            strip_inline(&body)
-        };
-        if body.trim().is_empty() {
-            continue;
+    fn push(&mut self, s: &str) {
+        if s.is_empty() {
+            return;
         }
-        if !out.is_empty() {
-            out.push_str("\n\n");
+        self.line_start = false;
+        match &mut self.cell {
+            Some(cell) => cell.push_str(s),
+            None => self.out.push_str(s),
         }
-        out.push_str(&body);
     }
+
+    fn line_break(&mut self) {
+        self.push("\n");
+        self.line_start = true;
+    }
+
+    /// Ends the current paragraph.
+    fn block(&mut self) {
+        if !self.out.is_empty() && !self.out.ends_with("\n\n") {
+            self.out.push_str("\n\n");
+        }
+        self.line_start = true;
+    }
+
+    fn event(&mut self, event: Event<'a>, range: Range<usize>) {
+        match event {
+            Event::Start(tag) => self.start(tag, range),
+            Event::End(tag) => self.end(tag),
+            Event::Text(t) => {
+                let source = &self.src[range];
+                if self.code {
+                    self.push(&t);
+                } else if source.starts_with('&') && source != &*t {
+                    // A decoded entity.
+                    self.push(&decoded_text(&t));
+                } else if self.autolink {
+                    self.push(t.strip_prefix("mailto:").unwrap_or(&t));
+                } else {
+                    let mut t: &str = &t;
+                    if self.line_start && self.cell.is_none() {
+                        if let Some(item) = t.strip_prefix('•').filter(|r| r.starts_with(' ')) {
+                            self.block();
+                            t = item;
+                        }
+                    }
+                    self.push(t);
+                }
+            }
+            Event::Code(t) | Event::InlineMath(t) | Event::DisplayMath(t) => self.push(&t),
+            Event::Html(t) => match &mut self.html {
+                Some(block) => block.push_str(&t),
+                None => self.push(&strip_html(&t)),
+            },
+            Event::InlineHtml(t) => self.push(&strip_html(&t)),
+            Event::SoftBreak | Event::HardBreak => self.line_break(),
+            Event::Rule => self.block(),
+            Event::FootnoteReference(_) | Event::TaskListMarker(_) => {}
+        }
+    }
+
+    fn start(&mut self, tag: Tag<'a>, range: Range<usize>) {
+        match tag {
+            Tag::Paragraph
+            | Tag::Heading { .. }
+            | Tag::BlockQuote(_)
+            | Tag::FootnoteDefinition(_)
+            | Tag::Table(_)
+            | Tag::DefinitionList
+            | Tag::DefinitionListTitle
+            | Tag::DefinitionListDefinition
+            | Tag::MetadataBlock(_) => self.block(),
+            Tag::CodeBlock(_) => {
+                self.block();
+                self.code = true;
+            }
+            Tag::HtmlBlock => {
+                self.block();
+                self.html = Some(String::new());
+            }
+            Tag::List(first) => {
+                self.block();
+                self.lists.push(first.is_some());
+            }
+            Tag::Item => {
+                self.block();
+                if self.lists.last() == Some(&true) {
+                    // Keep the number as written: `1.`, `2)`.
+                    let marker = self.src[range.start..].trim_start_matches([' ', '\t']);
+                    let digits = marker.bytes().take_while(u8::is_ascii_digit).count();
+                    if digits > 0 && matches!(marker.as_bytes().get(digits), Some(b'.' | b')')) {
+                        self.push(&marker[..=digits]);
+                        self.push(" ");
+                    }
+                }
+            }
+            Tag::TableHead | Tag::TableRow => self.row.clear(),
+            Tag::TableCell => self.cell = Some(String::new()),
+            Tag::Emphasis | Tag::Strong | Tag::Strikethrough => {
+                let len = match tag {
+                    Tag::Emphasis => Some(1),
+                    Tag::Strong => Some(2),
+                    _ => None,
+                };
+                let close = self.literal_delimiters(range, len);
+                if let Some((open, _)) = close {
+                    self.push(open);
+                }
+                self.emphasis.push(close.map(|(_, close)| close));
+            }
+            Tag::Link { link_type, .. } => {
+                self.autolink = matches!(link_type, LinkType::Autolink | LinkType::Email);
+            }
+            Tag::Image { .. } | Tag::Superscript | Tag::Subscript => {}
+        }
+    }
+
+    fn end(&mut self, tag: TagEnd) {
+        match tag {
+            TagEnd::CodeBlock => {
+                self.code = false;
+                self.block();
+            }
+            TagEnd::HtmlBlock => {
+                let html = self.html.take().unwrap_or_default();
+                self.push(&strip_html(&html));
+                self.block();
+            }
+            TagEnd::List(_) => {
+                self.lists.pop();
+                self.block();
+            }
+            TagEnd::TableCell => {
+                if let Some(cell) = self.cell.take() {
+                    let cell = cell.trim();
+                    if !cell.is_empty() {
+                        self.row.push(cell.to_string());
+                    }
+                }
+            }
+            TagEnd::TableHead | TagEnd::TableRow => {
+                let row = std::mem::take(&mut self.row).join(", ");
+                self.block();
+                self.push(&row);
+                self.block();
+            }
+            TagEnd::Emphasis | TagEnd::Strong | TagEnd::Strikethrough => {
+                if let Some(Some(close)) = self.emphasis.pop() {
+                    self.push(close);
+                }
+            }
+            TagEnd::Link => self.autolink = false,
+            TagEnd::Paragraph
+            | TagEnd::Heading(_)
+            | TagEnd::BlockQuote(_)
+            | TagEnd::Item
+            | TagEnd::FootnoteDefinition
+            | TagEnd::Table
+            | TagEnd::DefinitionList
+            | TagEnd::DefinitionListTitle
+            | TagEnd::DefinitionListDefinition
+            | TagEnd::MetadataBlock(_) => self.block(),
+            TagEnd::Image | TagEnd::Superscript | TagEnd::Subscript => {}
+        }
+    }
+
+    /// The opening and closing delimiters of the emphasis (or strikethrough) spanning
+    /// `range`, `len` bytes each (`None`: a strikethrough, one or two `~`), when they are to
+    /// stay as text: between two digits (`2*3*4`), `__name__` around one identifier, a
+    /// single `~`, or inside a bare URL.
+    fn literal_delimiters(
+        &self,
+        range: Range<usize>,
+        len: Option<usize>,
+    ) -> Option<(&'a str, &'a str)> {
+        let src = self.src;
+        let span = src.get(range.clone())?;
+        let ch = span
+            .chars()
+            .next()
+            .filter(|c| matches!(c, '*' | '_' | '~'))?;
+        let run = span.bytes().take_while(|b| *b == ch as u8).count();
+        let n = len.unwrap_or(run.min(2));
+        if n == 0 || run < n || 2 * n > span.len() || !span.ends_with(&span[..n]) {
+            return None;
+        }
+        let (open, close) = (range.start..range.start + n, range.end - n..range.end);
+        let inner = &src[open.end..close.start];
+        let digit_before = |i: usize| src[..i].ends_with(|c: char| c.is_ascii_digit());
+        let digit_at = |i: usize| src[i..].starts_with(|c: char| c.is_ascii_digit());
+        let between_digits = (digit_before(open.start) && digit_at(open.end))
+            || (digit_before(close.start) && digit_at(close.end));
+        // Not `___x___` (emphasis around strong).
+        let dunder = &src[open.clone()] == "__"
+            && !src[..open.start].ends_with('_')
+            && !src[close.end..].starts_with('_')
+            && !inner.is_empty()
+            && inner.chars().all(|c| c.is_alphanumeric() || c == '_');
+        let single_tilde = &src[open.clone()] == "~";
+        let i = self.urls.partition_point(|u| u.end <= open.start);
+        let in_url = self.urls.get(i).is_some_and(|u| u.start <= open.start);
+        (between_digits || dunder || single_tilde || in_url).then(|| (&src[open], &src[close]))
+    }
+}
+
+/// Byte ranges of the bare URLs in `s` (see [`bare_url_len`]), in order.
+fn bare_urls(s: &str) -> Vec<Range<usize>> {
+    let mut urls = Vec::new();
+    let mut prev: Option<char> = None;
+    let mut skip_to = 0;
+    for (i, c) in s.char_indices() {
+        if i >= skip_to
+            && matches!(c, 'h' | 'H' | 'w' | 'W' | 'f' | 'F')
+            && prev.is_none_or(|p| !p.is_alphanumeric())
+        {
+            let n = bare_url_len(&s[i..]);
+            if n > 0 {
+                urls.push(i..i + n);
+                skip_to = i + n;
+            }
+        }
+        prev = Some(c);
+    }
+    urls
+}
+
+/// Length in bytes of a bare URL starting at `s` (`http://`, `https://`, `ftp://`,
+/// `www.`), or 0.
+fn bare_url_len(s: &str) -> usize {
+    let b = s.as_bytes();
+    let starts = |p: &[u8]| b.len() >= p.len() && b[..p.len()].eq_ignore_ascii_case(p);
+    if !(starts(b"http://") || starts(b"https://") || starts(b"ftp://") || starts(b"www.")) {
+        return 0;
+    }
+    s.find(|c: char| c.is_whitespace() || matches!(c, '<' | '>' | '"' | '`'))
+        .unwrap_or(s.len())
+}
+
+/// Text from a decoded entity without what pass 1 removes: control characters go,
+/// tabs and Unicode spaces become `' '`, invisible format characters go (`&#8203;`).
+fn decoded_text(t: &str) -> String {
+    t.chars()
+        .filter_map(|c| match c {
+            '\n' => Some(c),
+            c if c == '\t' || is_unicode_space(c) => Some(' '),
+            c if c.is_control() || classify_invisible(c) != Invisible::Keep => None,
+            c => Some(c),
+        })
+        .collect()
+}
+
+/// Raw HTML (an inline tag, or an HTML block): comments and tags of known HTML elements
+/// are removed (`<br>`, `<p>`, `<div>`, ... become a space; `<img alt="x">` becomes `x`),
+/// entities decoded; anything else, such as `Vec<T>` or `<script>`, stays as text.
+fn strip_html(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while let Some(off) = s[i..].find(['<', '&']) {
+        let at = i + off;
+        out.push_str(&s[i..at]);
+        let rest = &s[at..];
+        let taken = if rest.starts_with('&') {
+            ENTITY.captures(rest).and_then(|caps| {
+                let decoded = decode_entity(&caps)?;
+                out.push_str(&decoded);
+                caps.get(0).map(|m| m.end())
+            })
+        } else if let Some(m) = HTML_COMMENT.find(rest) {
+            Some(m.end())
+        } else {
+            HTML_TAG.captures(rest).and_then(|caps| {
+                let name = caps.get(1).map_or("", |m| m.as_str());
+                let separates = html_tag_kind(name)?;
+                let tag = caps.get(0).map_or("", |m| m.as_str());
+                if name.eq_ignore_ascii_case("img") {
+                    if let Some(alt) = IMG_ALT.captures(tag) {
+                        let a = alt.get(1).or(alt.get(2)).or(alt.get(3));
+                        out.push(' ');
+                        out.push_str(a.map_or("", |m| m.as_str()));
+                    }
+                }
+                if separates {
+                    out.push(' ');
+                }
+                Some(tag.len())
+            })
+        };
+        match taken {
+            Some(n) => i = at + n,
+            None => {
+                out.push_str(&rest[..1]);
+                i = at + 1;
+            }
+        }
+    }
+    out.push_str(&s[i..]);
     out
 }
 
-/// Removes up to three leading spaces and a `>` marker, repeatedly (nested quotes).
-fn strip_quote_markers(line: &str) -> &str {
-    let mut l = line;
-    loop {
-        let t = l.trim_start_matches(' ');
-        if l.len() - t.len() <= 3 {
-            if let Some(rest) = t.strip_prefix('>') {
-                l = rest.strip_prefix(' ').unwrap_or(rest);
-                continue;
-            }
-        }
-        return l;
-    }
-}
-
-fn fence_open(line: &str) -> Option<(char, usize)> {
-    let t = line.trim_start_matches(' ');
-    if line.len() - t.len() > 3 {
-        return None;
-    }
-    let fc = t.chars().next().filter(|c| *c == '`' || *c == '~')?;
-    let n = t.chars().take_while(|c| *c == fc).count();
-    if n < 3 {
-        return None;
-    }
-    // A backtick fence's info string may not contain backticks.
-    if fc == '`' && t[n..].contains('`') {
-        return None;
-    }
-    Some((fc, n))
-}
-
-fn is_fence_close(line: &str, fc: char, flen: usize) -> bool {
-    let t = line.trim();
-    t.chars().count() >= flen && t.chars().all(|c| c == fc)
-}
-
-/// `***`, `- - -`, `___` (thematic breaks) and `===` / `---` (setext underlines).
-fn is_thematic_or_setext(t: &str) -> bool {
-    let Some(first) = t.chars().next() else {
-        return false;
-    };
-    if !matches!(first, '*' | '-' | '_' | '=') {
-        return false;
-    }
-    let mut n = 0;
-    for c in t.chars() {
-        if c == first {
-            n += 1;
-        } else if c != ' ' && c != '\t' {
-            return false;
-        }
-    }
-    n >= 3
-}
-
-fn is_table_separator(t: &str) -> bool {
-    t.contains('|')
-        && t.contains('-')
-        && t.chars().all(|c| matches!(c, '|' | '-' | ':' | ' ' | '\t'))
-}
-
-/// Table row -> non-empty cells joined by `", "` (`\|` is a literal pipe).
-fn table_row(t: &str) -> String {
-    let t = t.strip_prefix('|').unwrap_or(t);
-    let t = if t.ends_with('|') && !t.ends_with("\\|") {
-        &t[..t.len() - 1]
-    } else {
-        t
-    };
-    let mut cells: Vec<String> = Vec::new();
-    let mut cur = String::new();
-    let mut chars = t.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' if chars.peek() == Some(&'|') => {
-                cur.push('|');
-                chars.next();
-            }
-            '|' => cells.push(std::mem::take(&mut cur)),
-            c => cur.push(c),
-        }
-    }
-    cells.push(cur);
-    let cells: Vec<&str> = cells
-        .iter()
-        .map(|c| c.trim())
-        .filter(|c| !c.is_empty())
-        .collect();
-    cells.join(", ")
-}
-
-/// `# Title #` -> `Title` (1-6 `#`, then a space or the end of the line).
-fn atx_heading(line: &str) -> Option<&str> {
-    let t = line.trim_start_matches(' ');
-    if line.len() - t.len() > 3 {
-        return None;
-    }
-    let n = t.bytes().take_while(|b| *b == b'#').count();
-    if n == 0 || n > 6 {
-        return None;
-    }
-    let rest = &t[n..];
-    if !(rest.is_empty() || rest.starts_with([' ', '\t'])) {
-        return None;
-    }
-    let mut body = rest.trim();
-    // Closing sequence: spaces then only `#`s.
-    let without = body.trim_end_matches('#');
-    if without.len() < body.len() && (without.is_empty() || without.ends_with([' ', '\t'])) {
-        body = without.trim_end();
-    }
-    Some(body)
-}
-
-static IMAGE: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(&format!(
-        r"^!\[({LINK_TEXT})\](?:{LINK_DEST}|\[[^\[\]\n]*\])"
-    ))
-    .expect("valid regex")
-});
-static LINK: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(&format!(
-        r"^\[({LINK_TEXT})\](?:{LINK_DEST}|\[[^\[\]\n]*\])"
-    ))
-    .expect("valid regex")
-});
-/// Link text: no brackets except one level of balanced `[...]`, no blank line.
-const LINK_TEXT: &str = r"(?:[^\[\]\n]|\n[^\n\[\]]|\[[^\[\]\n]*\])*";
-/// `(dest "title")`, dest possibly in `<>` or with one level of balanced parentheses.
-const LINK_DEST: &str = r#"\([ \t]*(?:<[^<>\n]*>|[^\s()<>]*(?:\([^\s()]*\)[^\s()<>]*)*)(?:[ \t\n]+(?:"[^"\n]*"|'[^'\n]*'|\([^()\n]*\)))?[ \t]*\)"#;
-static FOOTNOTE_REF: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^\[\^[^\]\s]+\]").expect("valid regex"));
-static AUTOLINK: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^<((?:[A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]*)|[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,})>")
-        .expect("valid regex")
-});
 static HTML_COMMENT: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^<!--(?s:.*?)-->").expect("valid regex"));
 static HTML_TAG: LazyLock<Regex> = LazyLock::new(|| {
@@ -616,292 +690,7 @@ fn decode_entity(caps: &regex::Captures<'_>) -> Option<String> {
         return Some(s.to_string());
     };
     // Never reintroduce what pass 1 removed.
-    if c.is_control() && c != '\n' && c != '\t' {
-        return Some(String::new());
-    }
-    if c == '\t' || is_unicode_space(c) {
-        return Some(" ".to_string());
-    }
-    if classify_invisible(c) != Invisible::Keep {
-        return Some(String::new());
-    }
-    Some(c.to_string())
-}
-
-/// A run of `*`, `_` or `~` that may open or close emphasis.
-struct Delim {
-    /// Byte range in the output buffer.
-    start: usize,
-    len: usize,
-    ch: u8,
-    can_open: bool,
-    can_close: bool,
-}
-
-fn is_md_punct(c: char) -> bool {
-    if c.is_ascii() {
-        c.is_ascii_punctuation()
-    } else {
-        !c.is_alphanumeric() && !c.is_whitespace()
-    }
-}
-
-/// Length in bytes of a bare URL starting at `s` (`http://`, `https://`, `ftp://`,
-/// `www.`), or 0.
-fn bare_url_len(s: &str) -> usize {
-    let b = s.as_bytes();
-    let starts = |p: &[u8]| b.len() >= p.len() && b[..p.len()].eq_ignore_ascii_case(p);
-    if !(starts(b"http://") || starts(b"https://") || starts(b"ftp://") || starts(b"www.")) {
-        return 0;
-    }
-    s.find(|c: char| c.is_whitespace() || matches!(c, '<' | '>' | '"' | '`'))
-        .unwrap_or(s.len())
-}
-
-/// Inline markdown (pass 2, outside code blocks):
-///
-/// - `` `code` `` -> `code` (any backtick run length; content kept verbatim);
-/// - `![alt](url)` / `![alt][ref]` -> `alt`; `[text](url "title")` / `[text][ref]` ->
-///   `text`; `<https://...>` -> the URL; `[^1]` footnote references removed;
-/// - emphasis `*x*`, `**x**`, `***x***`, `_x_`, `__x__`, strikethrough `~~x~~` -> `x`,
-///   using CommonMark's flanking rules: a delimiter run must touch the word it marks and,
-///   for `_`, must not be inside a word (so `snake_case` survives); runs between spaces
-///   (`5 * 3`) or between digits (`2*3*4`) are never markup; `__name__` around a single
-///   identifier is a Python dunder name, not bold; unmatched runs stay;
-/// - backslash escapes `\*` -> `*`; HTML comments removed; tags of known HTML elements
-///   removed (`<br>`, `<p>`, ... become a space; `<img alt="x">` becomes `x`); HTML
-///   entities (`&amp;`, `&#8212;`, ...) decoded;
-/// - bare URLs are copied untouched (no emphasis inside them).
-pub fn strip_inline(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut delims: Vec<Delim> = Vec::new();
-    let bytes = s.as_bytes();
-    let mut i = 0;
-    while i < s.len() {
-        let b = bytes[i];
-        let rest = &s[i..];
-        match b {
-            b'\\' => {
-                let next = rest[1..].chars().next();
-                match next {
-                    Some(c) if c.is_ascii_punctuation() => {
-                        out.push(c);
-                        i += 2;
-                    }
-                    // Hard line break.
-                    Some('\n') => i += 1,
-                    _ => {
-                        out.push('\\');
-                        i += 1;
-                    }
-                }
-                continue;
-            }
-            b'`' => {
-                let n = rest.bytes().take_while(|c| *c == b'`').count();
-                if let Some(end) = find_backtick_run(s, i + n, n) {
-                    let code = &s[i + n..end];
-                    let code = if code.len() >= 2
-                        && code.starts_with([' ', '\n'])
-                        && code.ends_with([' ', '\n'])
-                        && !code.trim().is_empty()
-                    {
-                        &code[1..code.len() - 1]
-                    } else {
-                        code
-                    };
-                    out.push_str(code);
-                    i = end + n;
-                } else {
-                    out.push_str(&rest[..n]);
-                    i += n;
-                }
-                continue;
-            }
-            b'!' if rest.as_bytes().get(1) == Some(&b'[') => {
-                if let Some(caps) = IMAGE.captures(rest) {
-                    let alt = caps.get(1).map_or("", |m| m.as_str());
-                    out.push_str(&strip_inline(alt));
-                    i += caps.get(0).map_or(1, |m| m.end());
-                    continue;
-                }
-            }
-            b'[' => {
-                if let Some(m) = FOOTNOTE_REF.find(rest) {
-                    i += m.end();
-                    continue;
-                }
-                if let Some(caps) = LINK.captures(rest) {
-                    let text = caps.get(1).map_or("", |m| m.as_str());
-                    out.push_str(&strip_inline(text));
-                    i += caps.get(0).map_or(1, |m| m.end());
-                    continue;
-                }
-            }
-            b'<' => {
-                if let Some(caps) = AUTOLINK.captures(rest) {
-                    let inner = caps.get(1).map_or("", |m| m.as_str());
-                    let inner = inner.strip_prefix("mailto:").unwrap_or(inner);
-                    out.push_str(inner);
-                    i += caps.get(0).map_or(1, |m| m.end());
-                    continue;
-                }
-                if let Some(m) = HTML_COMMENT.find(rest) {
-                    i += m.end();
-                    continue;
-                }
-                if let Some(caps) = HTML_TAG.captures(rest) {
-                    let name = caps.get(1).map_or("", |m| m.as_str());
-                    if let Some(separates) = html_tag_kind(name) {
-                        let tag = caps.get(0).map_or("", |m| m.as_str());
-                        if name.eq_ignore_ascii_case("img") {
-                            if let Some(alt) = IMG_ALT.captures(tag) {
-                                let a = alt
-                                    .get(1)
-                                    .or(alt.get(2))
-                                    .or(alt.get(3))
-                                    .map_or("", |m| m.as_str());
-                                out.push(' ');
-                                out.push_str(a);
-                            }
-                        }
-                        if separates {
-                            out.push(' ');
-                        }
-                        i += tag.len();
-                        continue;
-                    }
-                }
-            }
-            b'&' => {
-                if let Some(caps) = ENTITY.captures(rest) {
-                    if let Some(decoded) = decode_entity(&caps) {
-                        out.push_str(&decoded);
-                        i += caps.get(0).map_or(1, |m| m.end());
-                        continue;
-                    }
-                }
-            }
-            b'*' | b'_' | b'~' => {
-                let n = rest.bytes().take_while(|c| *c == b).count();
-                let before = s[..i].chars().next_back();
-                let after = s[i + n..].chars().next();
-                let ws = |c: Option<char>| c.is_none_or(char::is_whitespace);
-                let pu = |c: Option<char>| c.is_some_and(is_md_punct);
-                let left = !ws(after) && (!pu(after) || ws(before) || pu(before));
-                let right = !ws(before) && (!pu(before) || ws(after) || pu(after));
-                let digits = before.is_some_and(|c| c.is_ascii_digit())
-                    && after.is_some_and(|c| c.is_ascii_digit());
-                let (can_open, can_close) = match b {
-                    b'_' => (
-                        left && (!right || pu(before)),
-                        right && (!left || pu(after)),
-                    ),
-                    _ => (left, right),
-                };
-                let valid_len = if b == b'~' { n == 2 } else { n <= 3 };
-                if valid_len && !digits && (can_open || can_close) {
-                    delims.push(Delim {
-                        start: out.len(),
-                        len: n,
-                        ch: b,
-                        can_open,
-                        can_close,
-                    });
-                }
-                out.push_str(&rest[..n]);
-                i += n;
-                continue;
-            }
-            b'h' | b'H' | b'w' | b'W' | b'f' | b'F' => {
-                let at_word_start = s[..i]
-                    .chars()
-                    .next_back()
-                    .is_none_or(|c| !c.is_alphanumeric());
-                if at_word_start {
-                    let n = bare_url_len(rest);
-                    if n > 0 {
-                        out.push_str(&rest[..n]);
-                        i += n;
-                        continue;
-                    }
-                }
-            }
-            _ => {}
-        }
-        let c = rest.chars().next().unwrap_or('\u{FFFD}');
-        out.push(c);
-        i += c.len_utf8().max(1);
-    }
-    if delims.is_empty() {
-        return out;
-    }
-    resolve_emphasis(out, &delims)
-}
-
-/// Next run of exactly `n` backticks at or after byte `from`, within the same paragraph.
-fn find_backtick_run(s: &str, from: usize, n: usize) -> Option<usize> {
-    let bytes = s.as_bytes();
-    let mut j = from;
-    while j < bytes.len() {
-        match bytes[j] {
-            b'`' => {
-                let m = bytes[j..].iter().take_while(|c| **c == b'`').count();
-                if m == n {
-                    return Some(j);
-                }
-                j += m;
-            }
-            b'\n' if bytes.get(j + 1) == Some(&b'\n') => return None,
-            _ => j += 1,
-        }
-    }
-    None
-}
-
-/// Matches openers and closers of the same character and run length (a stack per kind,
-/// so linear time) and removes the matched runs from `out`.
-fn resolve_emphasis(out: String, delims: &[Delim]) -> String {
-    let key = |d: &Delim| {
-        let c = match d.ch {
-            b'*' => 0,
-            b'_' => 1,
-            _ => 2,
-        };
-        c * 3 + (d.len - 1).min(2)
-    };
-    let mut stacks: [Vec<usize>; 9] = Default::default();
-    let mut remove = vec![false; delims.len()];
-    for (idx, d) in delims.iter().enumerate() {
-        let k = key(d);
-        if d.can_close {
-            if let Some(o) = stacks[k].pop() {
-                // `__init__`: a Python dunder name, not bold.
-                let inner = &out[delims[o].start + delims[o].len..d.start];
-                let dunder = d.ch == b'_'
-                    && d.len == 2
-                    && inner.chars().all(|c| c.is_alphanumeric() || c == '_');
-                if !dunder {
-                    remove[o] = true;
-                    remove[idx] = true;
-                }
-                continue;
-            }
-        }
-        if d.can_open {
-            stacks[k].push(idx);
-        }
-    }
-    let mut result = String::with_capacity(out.len());
-    let mut pos = 0;
-    for (d, r) in delims.iter().zip(&remove) {
-        if *r {
-            result.push_str(&out[pos..d.start]);
-            pos = d.start + d.len;
-        }
-    }
-    result.push_str(&out[pos..]);
-    result
+    Some(decoded_text(c.encode_utf8(&mut [0; 4])))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1303,7 +1092,7 @@ mod tests {
                 "Name, Age. Ann, 31. Bob, 42",
             ),
             ("Name | Age\n--- | ---\nAnn | 31", "Name, Age. Ann, 31"),
-            ("| a \\| b | c |", "a | b, c"),
+            ("| a \\| b | c |\n|---|---|", "a | b, c"),
             (
                 "See [the docs][1].\n\n[1]: https://example.com/docs \"Docs\"",
                 "See the docs.",
@@ -1339,6 +1128,7 @@ mod tests {
             ),
             ("~~struck~~ text, ~5 km", "struck text, ~5 km"),
             ("**bold with *italic* inside**", "bold with italic inside"),
+            ("___both___ and H~2~O", "both and H~2~O"),
             ("*a **b** c*", "a b c"),
             ("5 * 3 = 15 and 2*3*4 = 24", "5 * 3 = 15 and 2*3*4 = 24"),
             ("**unclosed bold", "**unclosed bold"),

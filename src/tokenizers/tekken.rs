@@ -40,14 +40,14 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::path::Path;
 
 use base64::Engine as _;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// The pre-tokenizer pattern of the released Tekken vocabularies (v3..v7 files).
 pub const TEKKEN_PATTERN: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// Special tokens that files without a `special_tokens` list (versions up to v7) get,
 /// as `mistral_common`'s `Tekkenizer.DEPRECATED_SPECIAL_TOKENS` (ranks 0..=19).
-const DEPRECATED_SPECIAL_TOKENS: [&str; 20] = [
+pub(crate) const DEPRECATED_SPECIAL_TOKENS: [&str; 20] = [
     "<unk>",
     "<s>",
     "</s>",
@@ -149,11 +149,8 @@ impl Tekken {
     /// Parses the contents of a `tekken.json`; `origin` (usually the file path) is used in
     /// error messages.
     pub fn from_json_str(json: &str, origin: &str) -> Result<Self, TokenizerError> {
-        let root: Value = serde_json::from_str(json).map_err(|source| TokenizerError::Json {
-            path: origin.to_string(),
-            source,
-        })?;
-        Loader { origin }.load(&root)
+        let loader = Loader { origin };
+        loader.load(loader.parse(json)?)
     }
 
     /// Encodes `text` without BOS/EOS. Ids are `rank + num_special_tokens`. Never panics.
@@ -377,6 +374,46 @@ fn next_char_boundary(text: &str, i: usize) -> usize {
     j
 }
 
+/// `tekken.json` as far as this tokenizer reads it (other keys, such as `image`, are
+/// ignored).
+#[derive(serde::Deserialize)]
+struct TekkenFile {
+    config: TekkenConfig,
+    /// Read entry by entry ([`VocabEntry`]), and only the first
+    /// `default_vocab_size - default_num_special_tokens`: the rest is unused
+    /// (mistral-common cuts it off unread).
+    vocab: Vec<Value>,
+    /// Absent or null up to version v7: mistral-common's deprecated defaults apply.
+    special_tokens: Option<Vec<SpecialTokenEntry>>,
+    audio: Option<AudioSection>,
+}
+
+#[derive(serde::Deserialize)]
+struct TekkenConfig {
+    pattern: String,
+    default_vocab_size: usize,
+    default_num_special_tokens: usize,
+    version: String,
+}
+
+#[derive(serde::Deserialize)]
+struct VocabEntry {
+    rank: usize,
+    /// Base64.
+    token_bytes: String,
+}
+
+#[derive(serde::Deserialize)]
+struct SpecialTokenEntry {
+    rank: usize,
+    token_str: String,
+}
+
+#[derive(serde::Deserialize)]
+struct AudioSection {
+    voice_num_audio_tokens: Option<BTreeMap<String, usize>>,
+}
+
 /// Parsing and validation of the JSON document, mirroring `Tekkenizer.from_file` and
 /// `Tekkenizer.__init__` of mistral-common 1.13.
 struct Loader<'a> {
@@ -399,73 +436,71 @@ impl Loader<'_> {
         }
     }
 
-    fn object<'v>(
+    /// A deserialization error at `prefix` + the error's own path (`.` is the value
+    /// itself). serde reports a missing field at the enclosing object and names the field
+    /// only in its message; the key named here is the field's.
+    fn serde_error(
         &self,
-        value: &'v Value,
-        key: &str,
-    ) -> Result<&'v Map<String, Value>, TokenizerError> {
-        value
-            .as_object()
-            .ok_or_else(|| self.invalid(key, format!("expected an object, found {}", kind(value))))
-    }
-
-    fn field<'v>(
-        &self,
-        obj: &'v Map<String, Value>,
-        parent: &str,
-        name: &str,
-    ) -> Result<&'v Value, TokenizerError> {
-        match obj.get(name) {
-            Some(v) => Ok(v),
-            None => Err(self.missing(&join_key(parent, name))),
+        prefix: &str,
+        e: serde_path_to_error::Error<serde_json::Error>,
+    ) -> TokenizerError {
+        let path = e.path().to_string();
+        let key = match (prefix, path.as_str()) {
+            ("", ".") => String::new(),
+            (_, ".") => prefix.to_string(),
+            (_, p) if prefix.is_empty() || p.starts_with('[') => format!("{prefix}{p}"),
+            (_, p) => format!("{prefix}.{p}"),
+        };
+        let inner = e.into_inner();
+        if inner.classify() != serde_json::error::Category::Data {
+            return TokenizerError::Json {
+                path: self.origin.to_string(),
+                source: inner,
+            };
+        }
+        let message = inner.to_string();
+        if let Some(field) = message
+            .strip_prefix("missing field `")
+            .and_then(|m| m.split('`').next())
+        {
+            return match key.as_str() {
+                "" => self.missing(field),
+                _ => self.missing(&format!("{key}.{field}")),
+            };
+        }
+        match key.as_str() {
+            "" => self.invalid("(root)", message),
+            _ => self.invalid(&key, message),
         }
     }
 
-    fn uint(&self, value: &Value, key: &str) -> Result<u64, TokenizerError> {
-        value.as_u64().ok_or_else(|| {
-            self.invalid(
-                key,
-                format!("expected a non-negative integer, found {}", kind(value)),
-            )
-        })
+    fn parse(&self, json: &str) -> Result<TekkenFile, TokenizerError> {
+        let mut de = serde_json::Deserializer::from_str(json);
+        let file =
+            serde_path_to_error::deserialize(&mut de).map_err(|e| self.serde_error("", e))?;
+        de.end().map_err(|source| TokenizerError::Json {
+            path: self.origin.to_string(),
+            source,
+        })?;
+        Ok(file)
     }
 
-    fn usize_field(
-        &self,
-        obj: &Map<String, Value>,
-        parent: &str,
-        name: &str,
-    ) -> Result<usize, TokenizerError> {
-        let key = join_key(parent, name);
-        let v = self.uint(self.field(obj, parent, name)?, &key)?;
-        usize::try_from(v)
-            .ok()
-            .filter(|&v| v <= u32::MAX as usize / 2)
-            .ok_or_else(|| self.invalid(&key, format!("value {v} is too large")))
+    /// `value` of `key`, at most `u32::MAX / 2` (ids are `u32`).
+    fn id_count(&self, key: &str, value: usize) -> Result<usize, TokenizerError> {
+        if value > u32::MAX as usize / 2 {
+            return Err(self.invalid(key, format!("value {value} is too large")));
+        }
+        Ok(value)
     }
 
-    fn str_field<'v>(
-        &self,
-        obj: &'v Map<String, Value>,
-        parent: &str,
-        name: &str,
-    ) -> Result<&'v str, TokenizerError> {
-        let v = self.field(obj, parent, name)?;
-        v.as_str().ok_or_else(|| {
-            self.invalid(
-                &join_key(parent, name),
-                format!("expected a string, found {}", kind(v)),
-            )
-        })
-    }
-
-    fn load(&self, root: &Value) -> Result<Tekken, TokenizerError> {
-        let root = self.object(root, "(root)")?;
-        let config = self.object(self.field(root, "", "config")?, "config")?;
-        let pattern_src = self.str_field(config, "config", "pattern")?;
-        let vocab_size = self.usize_field(config, "config", "default_vocab_size")?;
-        let num_special = self.usize_field(config, "config", "default_num_special_tokens")?;
-        let version = self.str_field(config, "config", "version")?;
+    fn load(&self, file: TekkenFile) -> Result<Tekken, TokenizerError> {
+        let config = &file.config;
+        let vocab_size = self.id_count("config.default_vocab_size", config.default_vocab_size)?;
+        let num_special = self.id_count(
+            "config.default_num_special_tokens",
+            config.default_num_special_tokens,
+        )?;
+        let version = &config.version;
         // mistral-common accepts only its known versions; accept any `v<N>` so that newer
         // files still load, and use N for the `special_tokens` rule below.
         let version_num: u32 = version
@@ -489,12 +524,16 @@ impl Loader<'_> {
         }
         let inner_vocab = vocab_size - num_special;
 
-        let specials = self.load_special_tokens(root, num_special, version_num)?;
-        let ranks = self.load_vocab(root, inner_vocab)?;
-        let voice_num_audio_tokens = self.load_voices(root)?;
+        let specials =
+            self.load_special_tokens(file.special_tokens.as_deref(), num_special, version_num)?;
+        let ranks = self.load_vocab(&file.vocab, inner_vocab)?;
+        let voice_num_audio_tokens = file
+            .audio
+            .and_then(|a| a.voice_num_audio_tokens)
+            .unwrap_or_default();
 
         let pattern =
-            fancy_regex::Regex::new(pattern_src).map_err(|e| TokenizerError::Pattern {
+            fancy_regex::Regex::new(&config.pattern).map_err(|e| TokenizerError::Pattern {
                 path: self.origin.to_string(),
                 source: Box::new(e),
             })?;
@@ -511,13 +550,13 @@ impl Loader<'_> {
 
     fn load_special_tokens(
         &self,
-        root: &Map<String, Value>,
+        list: Option<&[SpecialTokenEntry]>,
         num_special: usize,
         version_num: u32,
     ) -> Result<HashMap<String, u32>, TokenizerError> {
         let mut named: Vec<(String, u32)> = Vec::new();
-        match root.get("special_tokens") {
-            None | Some(Value::Null) => {
+        match list {
+            None => {
                 if version_num > 7 {
                     return Err(self.missing("special_tokens"));
                 }
@@ -526,26 +565,17 @@ impl Loader<'_> {
                 }
             }
             Some(list) => {
-                let list = list.as_array().ok_or_else(|| {
-                    self.invalid(
-                        "special_tokens",
-                        format!("expected an array, found {}", kind(list)),
-                    )
-                })?;
                 for (i, entry) in list.iter().enumerate() {
-                    let key = format!("special_tokens[{i}]");
-                    let obj = self.object(entry, &key)?;
-                    let name = self.str_field(obj, &key, "token_str")?;
-                    let rank = self.usize_field(obj, &key, "rank")?;
-                    if rank >= num_special {
+                    if entry.rank >= num_special {
                         return Err(self.invalid(
-                            &format!("{key}.rank"),
+                            &format!("special_tokens[{i}].rank"),
                             format!(
-                                "rank {rank} is not below config.default_num_special_tokens ({num_special})"
+                                "rank {} is not below config.default_num_special_tokens ({num_special})",
+                                entry.rank
                             ),
                         ));
                     }
-                    named.push((name.to_string(), rank as u32));
+                    named.push((entry.token_str.clone(), entry.rank as u32));
                 }
             }
         }
@@ -585,13 +615,9 @@ impl Loader<'_> {
 
     fn load_vocab(
         &self,
-        root: &Map<String, Value>,
+        vocab: &[Value],
         inner_vocab: usize,
     ) -> Result<HashMap<Vec<u8>, u32>, TokenizerError> {
-        let vocab = self.field(root, "", "vocab")?;
-        let vocab = vocab.as_array().ok_or_else(|| {
-            self.invalid("vocab", format!("expected an array, found {}", kind(vocab)))
-        })?;
         if vocab.len() < inner_vocab {
             return Err(self.invalid(
                 "vocab",
@@ -607,16 +633,18 @@ impl Loader<'_> {
         // Entries past `inner_vocab` are unused (mistral-common cuts them off unread).
         for (i, entry) in vocab[..inner_vocab].iter().enumerate() {
             let key = format!("vocab[{i}]");
-            let obj = self.object(entry, &key)?;
-            let rank = self.usize_field(obj, &key, "rank")?;
-            if rank != i {
+            let entry: VocabEntry =
+                serde_path_to_error::deserialize(entry).map_err(|e| self.serde_error(&key, e))?;
+            if entry.rank != i {
                 return Err(self.invalid(
                     &format!("{key}.rank"),
-                    format!("rank {rank} at position {i}: vocab must be sorted by rank, from 0"),
+                    format!(
+                        "rank {} at position {i}: vocab must be sorted by rank, from 0",
+                        entry.rank
+                    ),
                 ));
             }
-            let b64_str = self.str_field(obj, &key, "token_bytes")?;
-            let bytes = b64.decode(b64_str).map_err(|e| {
+            let bytes = b64.decode(&entry.token_bytes).map_err(|e| {
                 self.invalid(&format!("{key}.token_bytes"), format!("bad base64: {e}"))
             })?;
             if i < 256 && bytes != [i as u8] {
@@ -639,283 +667,14 @@ impl Loader<'_> {
         }
         Ok(ranks)
     }
-
-    fn load_voices(
-        &self,
-        root: &Map<String, Value>,
-    ) -> Result<BTreeMap<String, usize>, TokenizerError> {
-        let mut voices = BTreeMap::new();
-        let audio = match root.get("audio") {
-            None | Some(Value::Null) => return Ok(voices),
-            Some(a) => self.object(a, "audio")?,
-        };
-        let map = match audio.get("voice_num_audio_tokens") {
-            None | Some(Value::Null) => return Ok(voices),
-            Some(m) => self.object(m, "audio.voice_num_audio_tokens")?,
-        };
-        for (name, n) in map {
-            let key = format!("audio.voice_num_audio_tokens.{name}");
-            let n = self.uint(n, &key)?;
-            let n = usize::try_from(n).map_err(|_| self.invalid(&key, "value too large"))?;
-            voices.insert(name.clone(), n);
-        }
-        Ok(voices)
-    }
-}
-
-fn join_key(parent: &str, name: &str) -> String {
-    if parent.is_empty() {
-        name.to_string()
-    } else {
-        format!("{parent}.{name}")
-    }
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Test-file generator
-// ---------------------------------------------------------------------------------------
-
-/// Names at fixed ranks in the generated file, as in the Voxtral-4B-TTS `tekken.json`:
-/// ranks 0..=19 are mistral-common's deprecated defaults, then the audio tokens.
-/// `[TRANSCRIBE]` (34) is needed by mistral-common's `MistralTokenizer.from_file` for any
-/// v7 file with an `audio` section (`InstructTokenizerV7` looks it up); its rank is the
-/// one of mistral-common's audio test tokenizers. `[OUTPUT_AUDIO]` (26) is not in
-/// mistral-common's `SpecialTokens`; it is what other Voxtral-TTS ports read from the real
-/// file. The prompt uses 1, 24, 25, 35 and 36, looked up by name.
-const TEST_SPECIAL_TOKENS: [(usize, &str); 6] = [
-    (24, "[AUDIO]"),
-    (25, "[BEGIN_AUDIO]"),
-    (26, "[OUTPUT_AUDIO]"),
-    (34, "[TRANSCRIBE]"),
-    (35, "[REPEAT_AUDIO_TEXT]"),
-    (36, "[NEXT_AUDIO_TEXT]"),
-];
-
-/// Built-in training text (English and French) for the generator's merges.
-const TRAINING_TEXT: &str = "\
-The quick brown fox jumps over the lazy dog. Hello, world! How are you today? \
-I would like a cup of tea, please, and a slice of lemon cake. The weather is lovely this \
-morning: the sun is shining and the birds are singing in the garden. We will meet at the \
-station at 10:30, then walk to the museum together. Reading books is one of my favourite \
-things; I read every evening before going to sleep. Please speak slowly and clearly, so \
-that everyone in the room can hear the voice. This is a test of the text to speech \
-system, with numbers like 2024, 3.14 and 1,000,000, and punctuation (brackets), \
-\"quotes\", 'apostrophes' - dashes... and more!\n\
-Bonjour tout le monde ! Comment allez-vous aujourd'hui ? Je voudrais un café au lait et \
-un croissant, s'il vous plaît. Il fait très beau ce matin : le soleil brille et les \
-oiseaux chantent dans le jardin. Nous nous retrouverons à la gare à dix heures et demie, \
-puis nous irons ensemble au musée. La lecture est l'une de mes activités préférées ; je \
-lis chaque soir avant de m'endormir. Parlez lentement et clairement, pour que tout le \
-monde puisse entendre la voix. Ceci est un essai du système de synthèse vocale, avec des \
-nombres comme 2024, 3,14 et 1 000 000, des accents (é, è, ê, à, ç, ô, û) et de la \
-ponctuation « entre guillemets ».\n\
-Tab\tand\nnewline handling.  Two  spaces,   three   spaces.\n\n\
-Paris is a beautiful city! Where is the nearest bakery? What time is it? \
-Où est la boulangerie la plus proche ? Quelle heure est-il ? Merci beaucoup, au revoir.\n";
-
-#[derive(serde::Serialize)]
-struct GenConfig<'a> {
-    pattern: &'a str,
-    num_vocab_tokens: usize,
-    default_vocab_size: usize,
-    default_num_special_tokens: usize,
-    version: &'a str,
-}
-
-#[derive(serde::Serialize)]
-struct GenVocabEntry {
-    rank: usize,
-    token_bytes: String,
-    token_str: Option<String>,
-}
-
-#[derive(serde::Serialize)]
-struct GenSpecialEntry {
-    rank: usize,
-    token_str: String,
-    is_control: bool,
-}
-
-#[derive(serde::Serialize)]
-struct GenEncodingConfig {
-    num_mel_bins: usize,
-    hop_length: usize,
-    window_size: usize,
-}
-
-#[derive(serde::Serialize)]
-struct GenAudio<'a> {
-    sampling_rate: u32,
-    frame_rate: f64,
-    audio_encoding_config: GenEncodingConfig,
-    chunk_length_s: Option<f64>,
-    voice_num_audio_tokens: &'a BTreeMap<String, usize>,
-}
-
-#[derive(serde::Serialize)]
-struct GenFile<'a> {
-    config: GenConfig<'a>,
-    vocab: Vec<GenVocabEntry>,
-    special_tokens: Vec<GenSpecialEntry>,
-    audio: GenAudio<'a>,
-}
-
-/// Learns `num_merges` merged tokens (byte strings, in rank order after the 256 bytes):
-/// greedy BPE on the pre-split [`TRAINING_TEXT`] (most frequent adjacent pair first, ties
-/// broken by the smaller byte strings); once the text is fully merged, further tokens are
-/// concatenations of two existing tokens drawn with a fixed-seed ChaCha8 generator.
-fn learn_merges(num_merges: usize) -> Vec<Vec<u8>> {
-    use rand::{Rng as _, SeedableRng as _};
-
-    let re = fancy_regex::Regex::new(TEKKEN_PATTERN).expect("TEKKEN_PATTERN compiles");
-    // Distinct pieces with their counts; each piece as a list of token byte strings.
-    let mut counts: BTreeMap<&[u8], u64> = BTreeMap::new();
-    for m in re.find_iter(TRAINING_TEXT).flatten() {
-        *counts.entry(m.as_str().as_bytes()).or_default() += 1;
-    }
-    let mut words: Vec<(Vec<Vec<u8>>, u64)> = counts
-        .into_iter()
-        .map(|(w, c)| (w.iter().map(|&b| vec![b]).collect(), c))
-        .collect();
-
-    let mut known: std::collections::HashSet<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
-    let mut merges: Vec<Vec<u8>> = Vec::with_capacity(num_merges);
-    while merges.len() < num_merges {
-        let mut pairs: BTreeMap<(&[u8], &[u8]), u64> = BTreeMap::new();
-        for (parts, c) in &words {
-            for w in parts.windows(2) {
-                *pairs.entry((&w[0], &w[1])).or_default() += c;
-            }
-        }
-        // Highest count; among equal counts the first in (left, right) byte order.
-        let mut best: Option<(Vec<u8>, Vec<u8>)> = None;
-        let mut best_count = 0;
-        for ((left, right), c) in pairs {
-            if c > best_count && !known.contains(&[left, right].concat()) {
-                best = Some((left.to_vec(), right.to_vec()));
-                best_count = c;
-            }
-        }
-        let Some((left, right)) = best else {
-            break;
-        };
-        let merged = [left.as_slice(), right.as_slice()].concat();
-        for (parts, _) in &mut words {
-            let mut i = 0;
-            while i + 1 < parts.len() {
-                if parts[i] == left && parts[i + 1] == right {
-                    parts[i] = merged.clone();
-                    parts.remove(i + 1);
-                }
-                i += 1;
-            }
-        }
-        known.insert(merged.clone());
-        merges.push(merged);
-    }
-
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x7e6b_6b65_6e00_0001);
-    let mut pool: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
-    pool.extend(merges.iter().cloned());
-    while merges.len() < num_merges {
-        let a = &pool[rng.random_range(0..pool.len())];
-        let b = &pool[rng.random_range(0..pool.len())];
-        let merged = [a.as_slice(), b.as_slice()].concat();
-        if merged.len() <= 24 && known.insert(merged.clone()) {
-            pool.push(merged.clone());
-            merges.push(merged);
-        }
-    }
-    merges
-}
-
-/// Writes a small but valid `tekken.json` (version "v7") that mistral-common's
-/// `Tekkenizer.from_file` and `MistralTokenizer.from_file` load (the latter needs the file
-/// name to contain "tekken"): 1000 special tokens (`<unk>`, `<s>`=1, `</s>`=2, ...,
-/// `[TOOL_CONTENT]`=19, `[AUDIO]`=24, `[BEGIN_AUDIO]`=25, `[OUTPUT_AUDIO]`=26,
-/// `[TRANSCRIBE]`=34, `[REPEAT_AUDIO_TEXT]`=35, `[NEXT_AUDIO_TEXT]`=36, all others
-/// `<SPECIAL_N>`), the 256
-/// byte tokens plus `num_merges` merged tokens (deterministic, see [`learn_merges`]), the
-/// real Tekken pattern, `default_vocab_size = 1000 + 256 + num_merges`, and
-/// `audio.voice_num_audio_tokens = voices` (24 kHz, 12.5 Hz frames). The output is the same
-/// for the same arguments.
-pub fn write_test_tekken(
-    path: &Path,
-    num_merges: usize,
-    voices: &BTreeMap<String, usize>,
-) -> std::io::Result<()> {
-    const NUM_SPECIAL: usize = 1000;
-    let b64 = base64::engine::general_purpose::STANDARD;
-
-    let mut tokens: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
-    tokens.extend(learn_merges(num_merges));
-    let vocab: Vec<GenVocabEntry> = tokens
-        .iter()
-        .enumerate()
-        .map(|(rank, bytes)| GenVocabEntry {
-            rank,
-            token_bytes: b64.encode(bytes),
-            token_str: std::str::from_utf8(bytes).ok().map(str::to_string),
-        })
-        .collect();
-
-    let mut names: Vec<String> = (0..NUM_SPECIAL).map(|i| format!("<SPECIAL_{i}>")).collect();
-    for (rank, name) in DEPRECATED_SPECIAL_TOKENS.iter().enumerate() {
-        names[rank] = name.to_string();
-    }
-    for (rank, name) in TEST_SPECIAL_TOKENS {
-        names[rank] = name.to_string();
-    }
-    let special_tokens = names
-        .into_iter()
-        .enumerate()
-        .map(|(rank, token_str)| GenSpecialEntry {
-            rank,
-            token_str,
-            is_control: true,
-        })
-        .collect();
-
-    let file = GenFile {
-        config: GenConfig {
-            pattern: TEKKEN_PATTERN,
-            num_vocab_tokens: tokens.len(),
-            default_vocab_size: NUM_SPECIAL + tokens.len(),
-            default_num_special_tokens: NUM_SPECIAL,
-            version: "v7",
-        },
-        vocab,
-        special_tokens,
-        audio: GenAudio {
-            sampling_rate: 24000,
-            frame_rate: 12.5,
-            audio_encoding_config: GenEncodingConfig {
-                num_mel_bins: 128,
-                hop_length: 160,
-                window_size: 400,
-            },
-            chunk_length_s: None,
-            voice_num_audio_tokens: voices,
-        },
-    };
-    let json = serde_json::to_vec_pretty(&file).map_err(std::io::Error::other)?;
-    std::fs::write(path, json)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(feature = "testmodel")]
+    use crate::testmodel::write_test_tekken;
+    #[cfg(feature = "testmodel")]
     use rand::{Rng as _, SeedableRng as _};
     use std::path::PathBuf;
     use std::sync::OnceLock;
@@ -941,6 +700,7 @@ mod tests {
         })
     }
 
+    #[cfg(feature = "testmodel")]
     fn voices() -> BTreeMap<String, usize> {
         [("casual_male", 147), ("neutral_female", 67)]
             .into_iter()
@@ -948,6 +708,7 @@ mod tests {
             .collect()
     }
 
+    #[cfg(feature = "testmodel")]
     fn generated(num_merges: usize) -> (tempfile::TempDir, PathBuf, Tekken) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tekken.json");
@@ -956,6 +717,7 @@ mod tests {
         (dir, path, tok)
     }
 
+    #[cfg(feature = "testmodel")]
     /// id -> bytes table for checking that encodings round-trip.
     fn id_bytes(tok: &Tekken) -> Vec<Vec<u8>> {
         let mut table = vec![Vec::new(); tok.ranks.len()];
@@ -965,6 +727,7 @@ mod tests {
         table
     }
 
+    #[cfg(feature = "testmodel")]
     fn decode(tok: &Tekken, table: &[Vec<u8>], ids: &[u32]) -> Vec<u8> {
         let mut out = Vec::new();
         for &id in ids {
@@ -1044,71 +807,14 @@ mod tests {
         check_golden(reference(), "tests/data/tekken_240911_cases.json");
     }
 
+    #[cfg(feature = "testmodel")]
     #[test]
     fn generated_file_matches_mistral_common_golden() {
         let (_dir, _path, tok) = generated(500);
         check_golden(&tok, "tests/data/tekken_test_gen500_cases.json");
     }
 
-    #[test]
-    fn generated_file_layout() {
-        for num_merges in [0, 1, 300, 3000] {
-            let (_dir, path, tok) = generated(num_merges);
-            assert_eq!(tok.vocab_size(), 1000 + 256 + num_merges);
-            assert_eq!(tok.num_special_tokens(), 1000);
-            assert_eq!(tok.voice_num_audio_tokens(), &voices());
-            for (name, id) in [
-                ("<unk>", 0),
-                ("<s>", 1),
-                ("</s>", 2),
-                ("[INST]", 3),
-                ("<pad>", 11),
-                ("[TOOL_CONTENT]", 19),
-                ("<SPECIAL_20>", 20),
-                ("[AUDIO]", 24),
-                ("[BEGIN_AUDIO]", 25),
-                ("[OUTPUT_AUDIO]", 26),
-                ("<SPECIAL_33>", 33),
-                ("[TRANSCRIBE]", 34),
-                ("[REPEAT_AUDIO_TEXT]", 35),
-                ("[NEXT_AUDIO_TEXT]", 36),
-                ("<SPECIAL_999>", 999),
-            ] {
-                assert_eq!(tok.special_id(name), Some(id), "{name}");
-            }
-            assert_eq!(tok.special_id("<SPECIAL_1000>"), None);
-            let doc: Value =
-                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-            assert_eq!(doc["config"]["version"], "v7");
-            assert_eq!(doc["config"]["pattern"], TEKKEN_PATTERN);
-            assert_eq!(doc["vocab"].as_array().unwrap().len(), 256 + num_merges);
-            assert_eq!(doc["special_tokens"].as_array().unwrap().len(), 1000);
-            // The TTS prompt of the spec, built from ids looked up by name.
-            let mut prompt = vec![
-                tok.special_id("<s>").unwrap(),
-                tok.special_id("[BEGIN_AUDIO]").unwrap(),
-            ];
-            prompt.extend(std::iter::repeat_n(tok.special_id("[AUDIO]").unwrap(), 3));
-            prompt.push(tok.special_id("[NEXT_AUDIO_TEXT]").unwrap());
-            prompt.push(tok.special_id("[REPEAT_AUDIO_TEXT]").unwrap());
-            assert_eq!(prompt, vec![1, 25, 24, 24, 24, 36, 35]);
-        }
-    }
-
-    #[test]
-    fn generator_is_deterministic_and_learns_merges() {
-        let (_d1, p1, tok) = generated(400);
-        let (_d2, p2, _) = generated(400);
-        assert_eq!(std::fs::read(p1).unwrap(), std::fs::read(p2).unwrap());
-        // Learned merges compress the training text well below one token per byte.
-        let ids = tok.encode(TRAINING_TEXT);
-        assert!(ids.len() * 2 < TRAINING_TEXT.len(), "{} ids", ids.len());
-        assert_eq!(
-            decode(&tok, &id_bytes(&tok), &ids),
-            TRAINING_TEXT.as_bytes()
-        );
-    }
-
+    #[cfg(feature = "testmodel")]
     #[test]
     fn heap_merge_equals_scan_merge() {
         let (_dir, _path, small) = generated(2000);
@@ -1131,6 +837,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "testmodel")]
     fn hostile_inputs() -> Vec<String> {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
         let mut random_text = String::new();
@@ -1160,6 +867,7 @@ mod tests {
         ]
     }
 
+    #[cfg(feature = "testmodel")]
     #[test]
     fn never_panics_and_round_trips() {
         let (_dir, _path, small) = generated(1000);
@@ -1172,6 +880,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "testmodel")]
     #[test]
     fn regex_error_falls_back_without_panicking() {
         let (_dir, _path, tok) = generated(300);
@@ -1204,6 +913,7 @@ mod tests {
         assert!(ids.ends_with(&tok.encode("\tand")));
     }
 
+    #[cfg(feature = "testmodel")]
     fn load_err(json: &str) -> String {
         match Tekken::from_json_str(json, "/models/x/tekken.json") {
             Ok(_) => panic!("loaded: {json}"),
@@ -1211,6 +921,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "testmodel")]
     /// A valid document (generated, 0 merges) with `edit` applied.
     fn edited(edit: impl FnOnce(&mut Value)) -> String {
         let (_dir, path, _) = generated(0);
@@ -1219,6 +930,7 @@ mod tests {
         doc.to_string()
     }
 
+    #[cfg(feature = "testmodel")]
     #[test]
     fn errors_name_file_and_key() {
         let cases: Vec<(String, &str)> = vec![
@@ -1329,6 +1041,7 @@ mod tests {
         assert!(msg.starts_with("/nonexistent/dir/tekken.json: "), "{msg}");
     }
 
+    #[cfg(feature = "testmodel")]
     #[test]
     fn optional_parts_may_be_absent() {
         // No `audio`, no `special_tokens` (v7 and below use the deprecated defaults), extra

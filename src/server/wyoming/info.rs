@@ -66,7 +66,7 @@ pub fn default_voice<'a>(presets: &'a [String], language: Option<&str>) -> Optio
         .map(String::as_str)
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "testmodel"))]
 mod tests {
     use super::*;
     use crate::testmodel::PRESET_VOICES;

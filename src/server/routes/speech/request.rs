@@ -203,7 +203,7 @@ impl Speech {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "testmodel"))]
 mod tests {
     use super::*;
     use crate::testmodel::PRESET_VOICES;

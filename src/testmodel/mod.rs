@@ -2,10 +2,16 @@
 //! bf16 consolidated.safetensors with the real key names, a small valid tekken.json, and the
 //! voices as both PyTorch-zip `.pt` and `.safetensors`. Deterministic per seed: every tensor
 //! draws from its own stream, seeded by the run seed and the tensor's key.
+//!
+//! Behind the cargo feature `testmodel` (on by default): the production library does not
+//! need it.
+
+mod tekken;
+
+pub use tekken::write_test_tekken;
 
 use crate::models::voxtral_tts::params::{Config, ModelArgs};
 use crate::models::voxtral_tts::voices::VOICE_DIR;
-use crate::tokenizers::tekken::write_test_tekken;
 use anyhow::{Context, Result};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
