@@ -17,6 +17,8 @@ pub struct DecoderDims {
     pub hidden_dim: usize,
     pub norm_eps: f64,
     pub rope_theta: f64,
+    /// Positions the KV cache and the rotary table cover.
+    pub max_positions: usize,
 }
 
 struct Layer<T> {
@@ -26,10 +28,11 @@ struct Layer<T> {
     feed_forward: FeedForward<T>,
 }
 
-pub struct Decoder<T> {
+pub struct Decoder<T: Tensor> {
     layers: Vec<Layer<T>>,
     norm: RmsNorm<T>,
-    rope_theta: f64,
+    /// Built once on the model's device for every position.
+    rope: T::Rope,
 }
 
 /// Keys and values of every layer for one sequence, allocated once for its whole length.
@@ -74,7 +77,7 @@ impl<T: Tensor> Decoder<T> {
         Ok(Decoder {
             layers,
             norm: RmsNorm::load(l, &format!("{prefix}norm.weight"), a.dim, a.norm_eps)?,
-            rope_theta: a.rope_theta,
+            rope: T::rope_table(l.device, a.max_positions, a.head_dim, a.rope_theta),
         })
     }
 
@@ -127,8 +130,8 @@ impl<T: Tensor> Decoder<T> {
                 .enumerate()
                 .map(|(r, cache)| {
                     let start = cache.len;
-                    let q = q.narrow(0, r, 1).rope_interleaved(start, self.rope_theta);
-                    let k = k.narrow(0, r, 1).rope_interleaved(start, self.rope_theta);
+                    let q = q.narrow(0, r, 1).rope_interleaved(&self.rope, start);
+                    let k = k.narrow(0, r, 1).rope_interleaved(&self.rope, start);
                     cache.keys[i].write_at(2, start, &k);
                     cache.values[i].write_at(2, start, &v.narrow(0, r, 1));
                     let keys = cache.keys[i].narrow(2, 0, start + len);

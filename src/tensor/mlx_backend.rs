@@ -233,6 +233,7 @@ impl MlxTensor {
 
 impl Tensor for MlxTensor {
     type Device = MlxDevice;
+    type Rope = f64;
     const BACKEND: &'static str = "mlx";
 
     fn from_f32(device: &MlxDevice, data: &[f32], shape: &[usize], dtype: DType) -> Self {
@@ -352,7 +353,13 @@ impl Tensor for MlxTensor {
         Self::op(fast::rms_norm(&self.array, Some(&weight.array), eps as f32))
     }
 
-    fn rope_interleaved(&self, start: usize, theta: f64) -> Self {
+    /// MLX's fused kernel computes the angles on the device: only theta is kept.
+    fn rope_table(_: &Self::Device, _positions: usize, _head_dim: usize, theta: f64) -> f64 {
+        theta
+    }
+
+    fn rope_interleaved(&self, theta: &f64, start: usize) -> Self {
+        let theta = *theta;
         let head_dim = *self.array.shape().last().expect("rank >= 1");
         // traditional = true: rotates the pairs (x[2i], x[2i + 1]); positions along axis -2.
         Self::op(fast::rope(
@@ -652,7 +659,8 @@ mod tests {
     fn rope_pairs_are_interleaved() {
         // One head, position 1, head_dim 4: pairs (x0, x1) and (x2, x3).
         let x = t(&[1.0, 0.0, 1.0, 0.0], &[1, 1, 1, 4]);
-        let y = x.rope_interleaved(1, 10_000.0).to_vec_f32();
+        let rope = MlxTensor::rope_table(&DEV, 4, 4, 10_000.0);
+        let y = x.rope_interleaved(&rope, 1).to_vec_f32();
         let inv1 = 1.0 / 10_000f32.powf(0.5);
         close(&y, &[1f32.cos(), 1f32.sin(), inv1.cos(), inv1.sin()]);
     }

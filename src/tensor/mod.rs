@@ -80,6 +80,8 @@ pub enum ConvKind {
 /// request.
 pub trait Tensor: Clone + Sized {
     type Device: Clone + fmt::Debug;
+    /// Rotary-embedding state of a model (see `rope_table`).
+    type Rope;
     /// The backend's name (logs).
     const BACKEND: &'static str;
 
@@ -124,9 +126,17 @@ pub trait Tensor: Clone + Sized {
     fn linear(&self, weight: &Self) -> Self;
     /// RMSNorm over the last axis, computed in f32, returned in the input dtype.
     fn rms_norm(&self, weight: &Self, eps: f64) -> Self;
+    /// What `rope_interleaved` reads for positions `0..positions` (e.g. cos/sin tables),
+    /// built once per model on its device.
+    fn rope_table(
+        device: &Self::Device,
+        positions: usize,
+        head_dim: usize,
+        theta: f64,
+    ) -> Self::Rope;
     /// Rotary embedding on interleaved pairs `(x[2i], x[2i+1])` (Mistral's native layout) for
     /// `x` `[batch, heads, time, head_dim]` at positions `start..start + time`.
-    fn rope_interleaved(&self, start: usize, theta: f64) -> Self;
+    fn rope_interleaved(&self, rope: &Self::Rope, start: usize) -> Self;
     /// Scaled dot-product attention. `q` `[b, hq, l, d]`, `k`/`v` `[b, hkv, s, d]` with `hq` a
     /// multiple of `hkv` (query head `h` reads kv head `h / (hq / hkv)`). `bias` is added to the
     /// scores (`-inf` masks); `causal` masks keys after the query when `l == s`.

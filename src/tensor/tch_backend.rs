@@ -130,8 +130,16 @@ fn widened_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
     Some(y.to_kind(Kind::BFloat16).reshape(y_shape))
 }
 
+/// Cos and sin of every position's angles, `[positions, head_dim / 2]` f32 on the model's
+/// device: a step slices its rows, nothing is computed or copied from the host.
+pub struct TchRope {
+    cos: tch::Tensor,
+    sin: tch::Tensor,
+}
+
 impl Tensor for TchTensor {
     type Device = Device;
+    type Rope = TchRope;
     const BACKEND: &'static str = "libtorch";
 
     fn from_f32(device: &Device, data: &[f32], shape: &[usize], dtype: DType) -> Self {
@@ -271,30 +279,38 @@ impl Tensor for TchTensor {
         Self::wrap(normed * &weight.0)
     }
 
-    fn rope_interleaved(&self, start: usize, theta: f64) -> Self {
-        let size = self.0.size();
-        let (len, head_dim) = (size[2], size[3]);
+    fn rope_table(device: &Device, positions: usize, head_dim: usize, theta: f64) -> TchRope {
         let half = head_dim / 2;
-        // Angles in f64 then rounded once, as the reference builds its f32 frequency table.
-        let mut cos = Vec::with_capacity((len * half) as usize);
-        let mut sin = Vec::with_capacity((len * half) as usize);
-        for p in 0..len {
-            let pos = (start as i64 + p) as f32;
-            for i in 0..half {
-                let inv_freq = 1.0 / (theta.powf((2 * i) as f64 / head_dim as f64)) as f32;
-                let angle = pos * inv_freq;
+        // Frequencies in f64 then rounded once, as the reference builds its f32 table; angles
+        // and their cos/sin in f32.
+        let inv_freq: Vec<f32> = (0..half)
+            .map(|i| 1.0 / theta.powf((2 * i) as f64 / head_dim as f64) as f32)
+            .collect();
+        let mut cos = Vec::with_capacity(positions * half);
+        let mut sin = Vec::with_capacity(positions * half);
+        for p in 0..positions {
+            for &f in &inv_freq {
+                let angle = p as f32 * f;
                 cos.push(angle.cos());
                 sin.push(angle.sin());
             }
         }
-        let device = self.0.device();
         let table = |v: &[f32]| {
             tch::Tensor::from_slice(v)
-                .reshape([1, 1, len, half])
-                .to_device(device)
-                .to_kind(Kind::Float)
+                .reshape([positions as i64, half as i64])
+                .to_device(*device)
         };
-        let (cos, sin) = (table(&cos), table(&sin));
+        TchRope {
+            cos: table(&cos),
+            sin: table(&sin),
+        }
+    }
+
+    fn rope_interleaved(&self, rope: &TchRope, start: usize) -> Self {
+        let size = self.0.size();
+        let (len, half) = (size[2], size[3] / 2);
+        let table = |t: &tch::Tensor| t.narrow(0, start as i64, len).reshape([1, 1, len, half]);
+        let (cos, sin) = (table(&rope.cos), table(&rope.sin));
         let x = self
             .0
             .to_kind(Kind::Float)
@@ -400,6 +416,34 @@ impl Tensor for TchTensor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rotations read from the table at an offset: one head, head_dim 4, pairs (x0, x1) and
+    /// (x2, x3) at positions 1 and 2.
+    #[test]
+    fn rope_reads_the_table_at_the_positions_asked() {
+        let rope = TchTensor::rope_table(&Device::Cpu, 8, 4, 10_000.0);
+        let x = TchTensor::from_f32(
+            &Device::Cpu,
+            &[1.0, 0.0, 1.0, 0.0].repeat(2),
+            &[1, 1, 2, 4],
+            DType::F32,
+        );
+        let y = x.rope_interleaved(&rope, 1).to_vec_f32();
+        let inv1 = 1.0 / 10_000f32.powf(0.5);
+        let want = [
+            1f32.cos(),
+            1f32.sin(),
+            inv1.cos(),
+            inv1.sin(),
+            2f32.cos(),
+            2f32.sin(),
+            (2.0 * inv1).cos(),
+            (2.0 * inv1).sin(),
+        ];
+        for (g, w) in y.iter().zip(want) {
+            assert!((g - w).abs() < 1e-6, "{y:?} vs {want:?}");
+        }
+    }
 
     /// The few-rows kernels and libtorch's GEMM (many rows) agree with an f64 product, in
     /// bf16 (within a bf16 rounding step) and f32, for a 3-D input and a weight big enough to

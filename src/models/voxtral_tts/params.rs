@@ -320,6 +320,7 @@ impl Config {
             hidden_dim: a.hidden_dim,
             norm_eps: a.norm_eps,
             rope_theta: a.rope_theta,
+            max_positions: self.max_positions,
         }
     }
 
