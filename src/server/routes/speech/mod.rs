@@ -2,26 +2,23 @@
 //! encode (on the blocking pool) -> audio body or Server-Sent Events.
 
 mod request;
+mod stream;
 
 use request::SpeechRequest;
 pub use request::{Speech, StreamFormat};
+use stream::Streamer;
 
-use crate::audio::{
-    encode_audio, stream_encoder, time_stretch, AudioError, AudioFormat, StreamEncoder,
-};
+use crate::audio::{encode_audio, stream_encoder, time_stretch};
 use crate::engine::{prepare_speech, ModelCard, PreparedSpeech};
 use crate::scheduler::{JobError, JobEvent, JobOptions, JobSummary, LoadedModel, SubmitError};
-use crate::server::error::{ApiError, ErrorDetail, ErrorResponse};
+use crate::server::error::{ApiError, ErrorResponse};
 use crate::server::json::JsonBody;
 use crate::server::metrics::{QUEUE_WAIT, TIME_TO_FIRST_AUDIO};
 use crate::server::state::{AppState, ServedModel};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::Response;
-use base64::Engine;
-use bytes::Bytes;
-use serde::Serialize;
+use axum::response::{IntoResponse, Response};
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedReceiver;
 use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, Schema, SchemaFormat, Type};
@@ -42,9 +39,6 @@ pub fn parse_speech_body(
 
 /// Response header carrying the seed a synthesis used (random unless the request set one).
 pub const SEED_HEADER: &str = "x-voxtral-seed";
-
-/// Encoded audio per `speech.audio.delta` event (even, so PCM samples never split).
-const SSE_CHUNK_BYTES: usize = 16 * 1024;
 
 /// The audio file, in the requested `response_format` (documentation only).
 pub struct AudioFile;
@@ -78,25 +72,6 @@ impl PartialSchema for SpeechEvents {
 }
 
 impl ToSchema for SpeechEvents {}
-
-#[derive(Serialize)]
-#[serde(tag = "type")]
-enum SseEvent<'a> {
-    #[serde(rename = "speech.audio.delta")]
-    Delta { audio: &'a str },
-    #[serde(rename = "speech.audio.done")]
-    Done { usage: Usage },
-    #[serde(rename = "error")]
-    Error { error: ErrorDetail },
-}
-
-/// Usage in OpenAI's terms: prompt tokens in, audio frames out.
-#[derive(Serialize)]
-struct Usage {
-    input_tokens: usize,
-    output_tokens: usize,
-    total_tokens: usize,
-}
 
 /// Generates speech from text with one of the preset voices.
 ///
@@ -181,30 +156,15 @@ pub async fn create_speech(
                 .record(received.elapsed().as_secs_f64());
             let encoder = stream_encoder(format)
                 .map_err(|e| ApiError::internal(format!("audio encoding failed: {e}")))?;
-            let sse = stream_format == StreamFormat::Sse;
-            let streamer = Streamer {
-                events,
-                pending: first,
-                encoder: Some(encoder),
-                speed,
-                held: Vec::new(),
-                sse,
-                done: false,
-                format,
-            };
-            let body =
-                Body::from_stream(futures_util::stream::unfold(streamer, |mut s| async move {
-                    s.next_item().await.map(|item| (item, s))
-                }));
-            let content_type = if sse {
-                "text/event-stream"
+            let streamer = Streamer::new(events, first, encoder, speed);
+            if stream_format == StreamFormat::Sse {
+                Ok(stream::sse(streamer).into_response())
             } else {
-                format.content_type()
-            };
-            Response::builder()
-                .header(header::CONTENT_TYPE, content_type)
-                .header(header::CACHE_CONTROL, "no-cache")
-                .body(body)
+                Response::builder()
+                    .header(header::CONTENT_TYPE, format.content_type())
+                    .header(header::CACHE_CONTROL, "no-cache")
+                    .body(stream::audio_body(streamer))
+            }
         }
     }
     .expect("static headers are valid");
@@ -312,139 +272,9 @@ async fn collect_audio(
     }
 }
 
-/// A streamed response: encodes each audio chunk as it arrives. Dropping it (the client
-/// went away) drops the job's receiver, which stops the job at its next frame.
-struct Streamer {
-    events: UnboundedReceiver<JobEvent>,
-    pending: Option<JobEvent>,
-    encoder: Option<Box<dyn StreamEncoder>>,
-    /// With a speed change the audio is stretched as a whole, so it is held until the end.
-    speed: f32,
-    held: Vec<f32>,
-    sse: bool,
-    done: bool,
-    format: AudioFormat,
-}
-
-impl Streamer {
-    async fn next_item(&mut self) -> Option<Result<Bytes, std::io::Error>> {
-        if self.done {
-            return None;
-        }
-        loop {
-            let event = match self.pending.take() {
-                Some(event) => event,
-                None => match self.events.recv().await {
-                    Some(event) => event,
-                    None => return Some(self.fail(worker_stopped())),
-                },
-            };
-            let result = match event {
-                JobEvent::Started { .. } | JobEvent::Progress { .. } => continue,
-                JobEvent::Audio(pcm) if self.speed != 1.0 => {
-                    self.held.extend(pcm);
-                    continue;
-                }
-                JobEvent::Audio(pcm) => match self.encoder.as_mut().map(|e| e.push(&pcm)) {
-                    Some(Ok(bytes)) if bytes.is_empty() => continue,
-                    Some(Ok(bytes)) => Ok(self.wrap(&bytes, None)),
-                    Some(Err(e)) => Err(e),
-                    None => continue,
-                },
-                JobEvent::Done(summary) => {
-                    self.done = true;
-                    self.finish().map(|bytes| self.wrap(&bytes, Some(&summary)))
-                }
-                JobEvent::Failed(e) => return Some(self.fail(job_error(e))),
-            };
-            return Some(match result {
-                Ok(bytes) => Ok(bytes),
-                Err(e) => self.fail(ApiError::internal(format!("audio encoding failed: {e}"))),
-            });
-        }
-    }
-
-    /// The encoder's last bytes (after the held audio, with a speed change).
-    fn finish(&mut self) -> Result<Vec<u8>, AudioError> {
-        let Some(mut encoder) = self.encoder.take() else {
-            return Ok(Vec::new());
-        };
-        let mut bytes = Vec::new();
-        if self.speed != 1.0 {
-            let pcm = time_stretch(&std::mem::take(&mut self.held), self.speed);
-            bytes = encoder.push(&pcm)?;
-        }
-        bytes.extend(encoder.finish()?);
-        Ok(bytes)
-    }
-
-    /// Encoded audio as sent: raw, or as SSE delta events (and the done event at the end).
-    fn wrap(&self, bytes: &[u8], done: Option<&JobSummary>) -> Bytes {
-        if !self.sse {
-            return Bytes::copy_from_slice(bytes);
-        }
-        let b64 = base64::engine::general_purpose::STANDARD;
-        let mut body = String::new();
-        for chunk in bytes.chunks(SSE_CHUNK_BYTES) {
-            push_event(
-                &mut body,
-                &SseEvent::Delta {
-                    audio: &b64.encode(chunk),
-                },
-            );
-        }
-        if let Some(summary) = done {
-            push_event(
-                &mut body,
-                &SseEvent::Done {
-                    usage: Usage {
-                        input_tokens: summary.prompt_tokens,
-                        output_tokens: summary.frames,
-                        total_tokens: summary.prompt_tokens + summary.frames,
-                    },
-                },
-            );
-            tracing::info!(frames = summary.frames, format = %self.format, "speech streamed");
-        }
-        Bytes::from(body)
-    }
-
-    /// Ends the stream after an error: an SSE error event, or (raw audio, where the status
-    /// was already sent) a cut connection.
-    fn fail(&mut self, error: ApiError) -> Result<Bytes, std::io::Error> {
-        self.done = true;
-        tracing::warn!(message = %error.message, "speech stream failed");
-        if self.sse {
-            let mut body = String::new();
-            push_event(
-                &mut body,
-                &SseEvent::Error {
-                    error: ErrorDetail {
-                        kind: error.kind(),
-                        message: error.message,
-                        param: error.param,
-                        code: error.code,
-                    },
-                },
-            );
-            Ok(Bytes::from(body))
-        } else {
-            Err(std::io::Error::other(error.message))
-        }
-    }
-}
-
-fn push_event(body: &mut String, event: &SseEvent) {
-    body.push_str("data: ");
-    body.push_str(&serde_json::to_string(event).expect("serializable"));
-    body.push_str("\n\n");
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::StopReason;
-    use std::time::Duration;
 
     #[test]
     fn parse_speech_body_statuses() {
@@ -464,69 +294,5 @@ mod tests {
         );
         let long = err(br#"{"model": "x", "input": "far too long here", "voice": "fr_male"}"#);
         assert_eq!(long.param.as_deref(), Some("input"));
-    }
-
-    fn streamer(sse: bool, events: UnboundedReceiver<JobEvent>) -> Streamer {
-        Streamer {
-            events,
-            pending: None,
-            encoder: Some(stream_encoder(AudioFormat::Pcm).unwrap()),
-            speed: 1.0,
-            held: Vec::new(),
-            sse,
-            done: false,
-            format: AudioFormat::Pcm,
-        }
-    }
-
-    async fn drain(mut s: Streamer) -> Vec<Result<Bytes, std::io::Error>> {
-        let mut items = Vec::new();
-        while let Some(item) = s.next_item().await {
-            items.push(item);
-        }
-        items
-    }
-
-    #[tokio::test]
-    async fn an_error_after_audio_is_an_sse_error_event() {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        tx.send(JobEvent::Audio(vec![0.5; 4])).unwrap();
-        tx.send(JobEvent::Failed(JobError::Panicked("boom".into())))
-            .unwrap();
-        let items = drain(streamer(true, rx)).await;
-        assert_eq!(items.len(), 2);
-        let text: Vec<String> = items
-            .into_iter()
-            .map(|i| String::from_utf8(i.unwrap().to_vec()).unwrap())
-            .collect();
-        assert!(text[0].starts_with("data: {\"type\":\"speech.audio.delta\""));
-        let error: serde_json::Value =
-            serde_json::from_str(text[1].strip_prefix("data: ").unwrap().trim()).unwrap();
-        assert_eq!(error["type"], "error");
-        assert_eq!(error["error"]["type"], "server_error");
-        assert!(error["error"]["message"].as_str().unwrap().contains("boom"));
-    }
-
-    #[tokio::test]
-    async fn an_error_after_audio_cuts_a_raw_stream_and_done_ends_it() {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        tx.send(JobEvent::Audio(vec![0.5; 4])).unwrap();
-        drop(tx);
-        let items = drain(streamer(false, rx)).await;
-        assert_eq!(items[0].as_ref().unwrap().len(), 8);
-        assert!(items[1].is_err(), "the worker went away: the stream errors");
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        tx.send(JobEvent::Audio(vec![0.5; 4])).unwrap();
-        tx.send(JobEvent::Done(JobSummary {
-            prompt_tokens: 3,
-            frames: 1,
-            stop: StopReason::EndAudio,
-            synthesis_time: Duration::ZERO,
-            codes: Vec::new(),
-        }))
-        .unwrap();
-        let items = drain(streamer(true, rx)).await;
-        let last = String::from_utf8(items.last().unwrap().as_ref().unwrap().to_vec()).unwrap();
-        assert!(last.contains("\"total_tokens\":4"), "{last}");
     }
 }
