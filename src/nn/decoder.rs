@@ -33,6 +33,7 @@ pub struct Decoder<T: Tensor> {
     norm: RmsNorm<T>,
     /// Built once on the model's device for every position.
     rope: T::Rope,
+    device: T::Device,
 }
 
 /// Keys and values of every layer for one sequence, allocated once for its whole length.
@@ -78,6 +79,7 @@ impl<T: Tensor> Decoder<T> {
             layers,
             norm: RmsNorm::load(l, &format!("{prefix}norm.weight"), a.dim, a.norm_eps)?,
             rope: T::rope_table(l.device, a.max_positions, a.head_dim, a.rope_theta),
+            device: l.device.clone(),
         })
     }
 
@@ -100,9 +102,10 @@ impl<T: Tensor> Decoder<T> {
     }
 
     /// Runs `x` `[b, l, dim]`, row `r` at the positions after those `caches[r]` holds,
-    /// appending to each cache. Either one sequence of any length (prefill) or one new token per sequence
-    /// (a decode step, batched: the projections and feed-forward read each weight once for
-    /// all rows; attention runs per row against that row's cache).
+    /// appending to each cache. Either one sequence of any length (a prefill, whole or in
+    /// chunks: a chunk after the first attends to the cache and causally within itself) or
+    /// one new token per sequence (a decode step, batched: the projections and feed-forward
+    /// read each weight once for all rows; attention runs per row against that row's cache).
     pub fn forward(&self, x: &T, caches: &mut [&mut KvCache<T>]) -> T {
         let shape = x.shape();
         let (rows, len) = (shape[0], shape[1]);
@@ -115,8 +118,6 @@ impl<T: Tensor> Decoder<T> {
                 c.len,
                 c.capacity
             );
-            // A prompt starts at 0 and needs the causal mask; a single new token sees all.
-            assert!(c.len == 0 || len == 1, "chunked prefill is not supported");
         }
         let mut h = x.clone();
         for (i, layer) in self.layers.iter().enumerate() {
@@ -136,7 +137,13 @@ impl<T: Tensor> Decoder<T> {
                     cache.values[i].write_at(2, start, &v.narrow(0, r, 1));
                     let keys = cache.keys[i].narrow(2, 0, start + len);
                     let values = cache.values[i].narrow(2, 0, start + len);
-                    T::attention(&q, &keys, &values, None, len > 1, a.scale())
+                    if start == 0 || len == 1 {
+                        // A single new token sees all; a prompt from 0 is plainly causal.
+                        T::attention(&q, &keys, &values, None, len > 1, a.scale())
+                    } else {
+                        let mask = self.chunk_mask(start, len, q.dtype());
+                        T::attention(&q, &keys, &values, Some(&mask), false, a.scale())
+                    }
                 })
                 .collect();
             let out = if rows == 1 {
@@ -158,5 +165,151 @@ impl<T: Tensor> Decoder<T> {
         }
         T::eval(&done);
         out
+    }
+}
+
+impl<T: Tensor> Decoder<T> {
+    /// `[1, 1, len, start + len]`: 0 where query `i` (at position `start + i`) may see the key,
+    /// -inf after it.
+    fn chunk_mask(&self, start: usize, len: usize, dtype: DType) -> T {
+        let keys = start + len;
+        let mask: Vec<f32> = (0..len)
+            .flat_map(|i| {
+                (0..keys).map(move |j| {
+                    if j <= start + i {
+                        0.0
+                    } else {
+                        f32::NEG_INFINITY
+                    }
+                })
+            })
+            .collect();
+        T::from_f32(&self.device, &mask, &[1, 1, len, keys], dtype)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nn::checkpoint::Checkpoint;
+    use crate::tensor::tch_backend::TchTensor;
+    use rand::{Rng, SeedableRng};
+
+    const DIMS: DecoderDims = DecoderDims {
+        dim: 16,
+        n_layers: 2,
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 4,
+        hidden_dim: 24,
+        norm_eps: 1e-5,
+        rope_theta: 10_000.0,
+        max_positions: 32,
+    };
+
+    /// A random f32 checkpoint of `DIMS` under `prefix`.
+    fn checkpoint(dir: &std::path::Path, prefix: &str) -> Checkpoint {
+        let d = DIMS;
+        let (q, kv) = (d.n_heads * d.head_dim, d.n_kv_heads * d.head_dim);
+        let mut shapes = vec![(format!("{prefix}norm.weight"), vec![d.dim])];
+        for i in 0..d.n_layers {
+            let p = format!("{prefix}layers.{i}");
+            shapes.extend([
+                (format!("{p}.attention_norm.weight"), vec![d.dim]),
+                (format!("{p}.ffn_norm.weight"), vec![d.dim]),
+                (format!("{p}.attention.wq.weight"), vec![q, d.dim]),
+                (format!("{p}.attention.wk.weight"), vec![kv, d.dim]),
+                (format!("{p}.attention.wv.weight"), vec![kv, d.dim]),
+                (format!("{p}.attention.wo.weight"), vec![d.dim, q]),
+                (
+                    format!("{p}.feed_forward.w1.weight"),
+                    vec![d.hidden_dim, d.dim],
+                ),
+                (
+                    format!("{p}.feed_forward.w2.weight"),
+                    vec![d.dim, d.hidden_dim],
+                ),
+                (
+                    format!("{p}.feed_forward.w3.weight"),
+                    vec![d.hidden_dim, d.dim],
+                ),
+            ]);
+        }
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let data: Vec<Vec<u8>> = shapes
+            .iter()
+            .map(|(_, shape)| {
+                (0..shape.iter().product::<usize>())
+                    .flat_map(|_| (rng.random::<f32>() - 0.5).to_le_bytes())
+                    .collect()
+            })
+            .collect();
+        let views: Vec<_> = shapes
+            .iter()
+            .zip(&data)
+            .map(|((key, shape), bytes)| {
+                let view = safetensors::tensor::TensorView::new(
+                    safetensors::Dtype::F32,
+                    shape.clone(),
+                    bytes,
+                )
+                .unwrap();
+                (key.clone(), view)
+            })
+            .collect();
+        let path = dir.join("decoder.safetensors");
+        safetensors::serialize_to_file(views, None, &path).unwrap();
+        Checkpoint::open(&path).unwrap()
+    }
+
+    fn close(a: &TchTensor, b: &TchTensor) {
+        let (a, b) = (a.to_vec_f32(), b.to_vec_f32());
+        assert_eq!(a.len(), b.len());
+        let worst = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max);
+        assert!(worst < 1e-5, "differs by {worst}");
+    }
+
+    #[test]
+    fn a_prompt_prefilled_in_chunks_equals_one_prefill() {
+        let _guard = tch::no_grad_guard();
+        let dir = tempfile::tempdir().unwrap();
+        let ckpt = checkpoint(dir.path(), "text.");
+        let l = Loader::<TchTensor> {
+            ckpt: &ckpt,
+            device: &tch::Device::Cpu,
+            dtype: DType::F32,
+        };
+        let decoder = Decoder::load(&l, "text.", &DIMS).unwrap();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+        let values: Vec<f32> = (0..11 * DIMS.dim)
+            .map(|_| rng.random::<f32>() - 0.5)
+            .collect();
+        let x = TchTensor::from_f32(&tch::Device::Cpu, &values, &[1, 11, DIMS.dim], DType::F32);
+        let prompt = x.narrow(1, 0, 10);
+
+        let mut whole = decoder.new_cache(&tch::Device::Cpu, DType::F32, 16);
+        let at_once = decoder.forward(&prompt, &mut [&mut whole]);
+        let mut chunked = decoder.new_cache(&tch::Device::Cpu, DType::F32, 16);
+        let parts: Vec<TchTensor> = [(0, 4), (4, 3), (7, 3)]
+            .iter()
+            .map(|&(start, len)| {
+                decoder.forward(&prompt.narrow(1, start, len), &mut [&mut chunked])
+            })
+            .collect();
+        close(
+            &TchTensor::cat(&parts.iter().collect::<Vec<_>>(), 1),
+            &at_once,
+        );
+
+        // The next token sees the same cache either way.
+        let next = x.narrow(1, 10, 1);
+        close(
+            &decoder.forward(&next, &mut [&mut chunked]),
+            &decoder.forward(&next, &mut [&mut whole]),
+        );
     }
 }
