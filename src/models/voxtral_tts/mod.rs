@@ -90,7 +90,7 @@ pub struct Voxtral<T: Tensor> {
     device: T::Device,
     dtype: DType,
     /// The memory-mapped checkpoint the weights point into; declared last so it outlives them.
-    _weights: Arc<memmap2::Mmap>,
+    _weights: Vec<Arc<memmap2::Mmap>>,
 }
 
 impl<T: Tensor> Voxtral<T> {
@@ -172,7 +172,7 @@ impl<T: Tensor> Voxtral<T> {
             .filter(|k| !is_known_unused(k))
             .collect();
         if !unused.is_empty() {
-            tracing::warn!(file = ckpt.file(), count = unused.len(), first = %unused[0], "checkpoint has tensors the model does not use");
+            tracing::warn!(file = ckpt.files(), count = unused.len(), first = %unused[0], "checkpoint has tensors the model does not use");
         }
         let prompter = Prompter {
             tokenizer,
@@ -182,7 +182,7 @@ impl<T: Tensor> Voxtral<T> {
             kv_bytes_per_position: 2 * a.n_layers * a.n_kv_heads * a.head_dim * dtype.size(),
         };
         Ok(Voxtral {
-            _weights: ckpt.mmap(),
+            _weights: ckpt.mmaps(),
             config,
             prompter: Arc::new(prompter),
             voices,
