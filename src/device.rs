@@ -1,7 +1,9 @@
 //! `--device auto|cpu|cuda[:N]|mlx` and compute-dtype parsing.
 
 #[cfg(feature = "mlx")]
-use crate::tensor::mlx_backend::MlxDevice;
+use crate::tensor::mlx_backend::{MlxDevice, MlxTensor};
+use crate::tensor::tch_backend::TchTensor;
+use crate::tensor::Tensor;
 use std::str::FromStr;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,6 +21,13 @@ pub enum Backend {
     Tch(tch::Device),
     #[cfg(feature = "mlx")]
     Mlx(MlxDevice),
+}
+
+/// Work generic over the tensor backend, run by [`DeviceChoice::run`] on the backend a
+/// choice resolves to.
+pub trait OnBackend {
+    type Output;
+    fn run<T: Tensor>(self, device: &T::Device) -> Self::Output;
 }
 
 /// Whether `auto` picks MLX: builds with the `mlx` feature on Apple Silicon.
@@ -49,6 +58,21 @@ impl FromStr for DeviceChoice {
 }
 
 impl DeviceChoice {
+    /// Resolves the choice and runs `job` on that backend, on this thread, with libtorch's
+    /// autograd off (thread-local: it must be the thread that runs the model) and, when
+    /// `threads` > 0, that many libtorch CPU threads. `Err`: the device is not there.
+    pub fn run<J: OnBackend>(self, threads: usize, job: J) -> Result<J::Output, String> {
+        let _no_grad = tch::no_grad_guard();
+        if threads > 0 {
+            tch::set_num_threads(i32::try_from(threads).unwrap_or(i32::MAX));
+        }
+        Ok(match self.resolve()? {
+            Backend::Tch(device) => job.run::<TchTensor>(&device),
+            #[cfg(feature = "mlx")]
+            Backend::Mlx(device) => job.run::<MlxTensor>(&device),
+        })
+    }
+
     /// The backend: MLX for `mlx`, and for `auto` on Apple Silicon builds with the `mlx`
     /// feature; libtorch otherwise (see `resolve_tch`).
     pub fn resolve(self) -> Result<Backend, String> {

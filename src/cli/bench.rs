@@ -2,12 +2,10 @@
 //! and codec, on a model folder or on a random checkpoint made for the run.
 
 use super::synth::parse_dtype;
-use crate::device::{Backend, DeviceChoice};
+use crate::device::{DeviceChoice, OnBackend};
 use crate::models::voxtral_tts::params::Config;
 use crate::models::voxtral_tts::{Generation, Noise, StageTimes, SynthesisRequest, Voxtral};
 use crate::tensor::cpu_gemv::{peak_f32_flops, Variant};
-#[cfg(feature = "mlx")]
-use crate::tensor::mlx_backend::MlxTensor;
 use crate::tensor::tch_backend::{linear_multiply_adds, TchTensor};
 use crate::tensor::{DType, Tensor};
 use crate::testmodel::{cached_test_model, Preset};
@@ -32,7 +30,7 @@ pub struct BenchArgs {
     device: DeviceChoice,
     /// libtorch intra-op threads (default: libtorch's choice).
     #[arg(long)]
-    threads: Option<i32>,
+    threads: Option<usize>,
     #[arg(long, default_value = "The quick brown fox jumps over the lazy dog.")]
     text: String,
     /// Also time decode steps of this many streams advancing together (continuous
@@ -46,18 +44,25 @@ fn ms(d: Duration) -> f64 {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
-    let _guard = tch::no_grad_guard();
-    if let Some(n) = args.threads {
-        tch::set_num_threads(n);
-    }
     let dir = match &args.model {
         Some(dir) => dir.clone(),
         None => cached_test_model(args.preset, 0)?,
     };
-    match args.device.resolve().map_err(anyhow::Error::msg)? {
-        Backend::Tch(device) => run_on::<TchTensor>(&args, dir, &device),
-        #[cfg(feature = "mlx")]
-        Backend::Mlx(device) => run_on::<MlxTensor>(&args, dir, &device),
+    args.device
+        .run(args.threads.unwrap_or(0), Bench { args: &args, dir })
+        .map_err(anyhow::Error::msg)?
+}
+
+struct Bench<'a> {
+    args: &'a BenchArgs,
+    dir: PathBuf,
+}
+
+impl OnBackend for Bench<'_> {
+    type Output = Result<()>;
+
+    fn run<T: Tensor>(self, device: &T::Device) -> Result<()> {
+        run_on::<T>(self.args, self.dir, device)
     }
 }
 

@@ -6,12 +6,10 @@ use super::job::{JobError, JobEvent, SpeechJob};
 use super::metric_names;
 use super::queue::JobQueue;
 use crate::audio;
-use crate::device::{Backend, DeviceChoice};
+use crate::device::{DeviceChoice, OnBackend};
 use crate::engine::{ModelCard, SpeechPreparer, TextToSpeech, WithEngine};
 use crate::models;
 use crate::tensor::cpu_gemv::Variant;
-#[cfg(feature = "mlx")]
-use crate::tensor::mlx_backend::MlxTensor;
 use crate::tensor::tch_backend::TchTensor;
 use crate::tensor::{DType, Tensor};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -110,53 +108,58 @@ fn run(
     jobs: mpsc::Receiver<SpeechJob>,
     state: watch::Sender<EngineState>,
 ) {
-    // Thread-local in libtorch: it must be taken on the thread that runs the model.
-    let _no_grad = tch::no_grad_guard();
-    if settings.threads > 0 {
-        tch::set_num_threads(i32::try_from(settings.threads).unwrap_or(i32::MAX));
-    }
-    match settings.device.resolve() {
-        Ok(Backend::Tch(device)) => serve::<TchTensor>(&settings, &device, jobs, &state),
-        #[cfg(feature = "mlx")]
-        Ok(Backend::Mlx(device)) => serve::<MlxTensor>(&settings, &device, jobs, &state),
-        Err(message) => {
-            state.send_replace(EngineState::Failed(message));
-        }
+    let serve = Serve {
+        settings: &settings,
+        jobs,
+        state: &state,
+    };
+    if let Err(message) = settings.device.run(settings.threads, serve) {
+        state.send_replace(EngineState::Failed(message));
     }
 }
 
-/// Loads the model on `device` of backend `T`, then runs jobs until the queue closes.
-fn serve<T: Tensor>(
-    settings: &WorkerSettings,
-    device: &T::Device,
+/// Loads the model on the resolved backend, then runs jobs until the queue closes.
+struct Serve<'a> {
+    settings: &'a WorkerSettings,
     jobs: mpsc::Receiver<SpeechJob>,
-    state: &watch::Sender<EngineState>,
-) {
-    let dir = &settings.model_dir;
-    tracing::info!(dir = %dir.display(), backend = T::BACKEND, ?device, "loading model");
-    let serving = Serving {
-        settings,
-        device: describe_device::<T>(device),
-        jobs,
-        state,
-    };
-    let loaded = catch_unwind(AssertUnwindSafe(|| {
-        models::load_tts::<T, _>(dir, device, settings.dtype, serving)
-    }));
-    let failure = match loaded {
-        Ok(Ok(Ok(()))) => return,
-        Ok(Ok(Err(message))) => message,
-        Ok(Err(load)) => load.to_string(),
-        Err(panic) => {
-            let message = panic_message(&*panic);
-            if !matches!(*state.borrow(), EngineState::Loading) {
-                tracing::error!(%message, "inference worker panicked");
-                return;
+    state: &'a watch::Sender<EngineState>,
+}
+
+impl OnBackend for Serve<'_> {
+    type Output = ();
+
+    fn run<T: Tensor>(self, device: &T::Device) {
+        let Serve {
+            settings,
+            jobs,
+            state,
+        } = self;
+        let dir = &settings.model_dir;
+        tracing::info!(dir = %dir.display(), backend = T::BACKEND, ?device, "loading model");
+        let serving = Serving {
+            settings,
+            device: describe_device::<T>(device),
+            jobs,
+            state,
+        };
+        let loaded = catch_unwind(AssertUnwindSafe(|| {
+            models::load_tts::<T, _>(dir, device, settings.dtype, serving)
+        }));
+        let failure = match loaded {
+            Ok(Ok(Ok(()))) => return,
+            Ok(Ok(Err(message))) => message,
+            Ok(Err(load)) => load.to_string(),
+            Err(panic) => {
+                let message = panic_message(&*panic);
+                if !matches!(*state.borrow(), EngineState::Loading) {
+                    tracing::error!(%message, "inference worker panicked");
+                    return;
+                }
+                format!("loading panicked: {message}")
             }
-            format!("loading panicked: {message}")
-        }
-    };
-    state.send_replace(EngineState::Failed(failure));
+        };
+        state.send_replace(EngineState::Failed(failure));
+    }
 }
 
 /// Hands a loaded engine to the batching loop.
