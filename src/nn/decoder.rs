@@ -47,9 +47,10 @@ pub struct KvCache<T> {
 impl<T: Tensor> Decoder<T> {
     /// Loads `{prefix}layers.{i}.*` and `{prefix}norm.weight`.
     pub fn load(l: &Loader<T>, prefix: &str, a: &DecoderDims) -> Result<Self, LoadError> {
+        let l = &l.scoped(prefix);
         let layers = (0..a.n_layers)
             .map(|i| {
-                let p = format!("{prefix}layers.{i}");
+                let p = format!("layers.{i}");
                 Ok(Layer {
                     attention_norm: RmsNorm::load(
                         l,
@@ -77,7 +78,7 @@ impl<T: Tensor> Decoder<T> {
             .collect::<Result<Vec<_>, LoadError>>()?;
         Ok(Decoder {
             layers,
-            norm: RmsNorm::load(l, &format!("{prefix}norm.weight"), a.dim, a.norm_eps)?,
+            norm: RmsNorm::load(l, "norm.weight", a.dim, a.norm_eps)?,
             rope: T::rope_table(l.device, a.max_positions, a.head_dim, a.rope_theta),
             device: l.device.clone(),
         })
@@ -278,11 +279,7 @@ mod tests {
         let _guard = tch::no_grad_guard();
         let dir = tempfile::tempdir().unwrap();
         let ckpt = checkpoint(dir.path(), "text.");
-        let l = Loader::<TchTensor> {
-            ckpt: &ckpt,
-            device: &tch::Device::Cpu,
-            dtype: DType::F32,
-        };
+        let l = Loader::<TchTensor>::new(&ckpt, &tch::Device::Cpu, DType::F32);
         let decoder = Decoder::load(&l, "text.", &DIMS).unwrap();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
         let values: Vec<f32> = (0..11 * DIMS.dim)

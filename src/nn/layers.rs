@@ -4,20 +4,66 @@ use super::checkpoint::Checkpoint;
 use super::LoadError;
 use crate::tensor::{DType, Tensor};
 
-/// What every loader needs: the checkpoint, the device and the compute dtype.
+/// What every loader needs: the checkpoint, the device and the compute dtype, and the key
+/// prefix of the part being loaded (a family's sub-model, e.g. `talker.`).
 pub struct Loader<'a, T: Tensor> {
-    pub ckpt: &'a Checkpoint,
+    ckpt: &'a Checkpoint,
     pub device: &'a T::Device,
     pub dtype: DType,
+    prefix: String,
 }
 
-impl<T: Tensor> Loader<'_, T> {
+impl<'a, T: Tensor> Loader<'a, T> {
+    pub fn new(ckpt: &'a Checkpoint, device: &'a T::Device, dtype: DType) -> Self {
+        Loader {
+            ckpt,
+            device,
+            dtype,
+            prefix: String::new(),
+        }
+    }
+
+    /// The same loader, its keys under `prefix` too.
+    pub fn scoped(&self, prefix: &str) -> Self {
+        Loader {
+            prefix: format!("{}{prefix}", self.prefix),
+            ..self.with_dtype(self.dtype)
+        }
+    }
+
+    /// The same loader computing in `dtype`.
+    pub fn with_dtype(&self, dtype: DType) -> Self {
+        Loader {
+            ckpt: self.ckpt,
+            device: self.device,
+            dtype,
+            prefix: self.prefix.clone(),
+        }
+    }
+
+    fn key(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
     pub fn tensor(&self, key: &str, shape: &[usize]) -> Result<T, LoadError> {
-        self.ckpt.load::<T>(self.device, key, shape, self.dtype)
+        self.ckpt
+            .load::<T>(self.device, &self.key(key), shape, self.dtype)
     }
 
     pub fn tensor_as(&self, key: &str, shape: &[usize], dtype: DType) -> Result<T, LoadError> {
-        self.ckpt.load::<T>(self.device, key, shape, dtype)
+        self.ckpt
+            .load::<T>(self.device, &self.key(key), shape, dtype)
+    }
+
+    /// The tensor in the dtype it is stored in.
+    pub fn tensor_as_stored(&self, key: &str, shape: &[usize]) -> Result<T, LoadError> {
+        let stored = self.ckpt.raw(&self.key(key), shape)?.dtype;
+        self.tensor_as(key, shape, stored)
+    }
+
+    /// The tensor's values as f32 on the host.
+    pub fn host_f32(&self, key: &str, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
+        self.ckpt.load_f32(&self.key(key), shape)
     }
 
     pub fn from_f32(&self, data: &[f32], shape: &[usize]) -> T {

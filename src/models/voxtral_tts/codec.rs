@@ -3,7 +3,6 @@
 //! ALiBi sliding-window attention and 2x transposed-conv upsampling, then a patch projection.
 
 use super::params::{Config, NUM_AUDIO_SPECIAL_CODES};
-use crate::nn::checkpoint::Checkpoint;
 use crate::nn::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
 use crate::nn::LoadError;
 use crate::tensor::{ConvKind, DType, PadMode, Tensor};
@@ -33,12 +32,16 @@ pub enum CodecError {
 }
 
 /// Weight norm `W = v * (g / ||v||)`, the norm over every axis but the first, no epsilon.
-fn weight_norm(ckpt: &Checkpoint, prefix: &str, shape: [usize; 3]) -> Result<Vec<f32>, LoadError> {
-    let g = ckpt.load_f32(
+fn weight_norm<T: Tensor>(
+    l: &Loader<T>,
+    prefix: &str,
+    shape: [usize; 3],
+) -> Result<Vec<f32>, LoadError> {
+    let g = l.host_f32(
         &format!("{prefix}.parametrizations.weight.original0"),
         &[shape[0], 1, 1],
     )?;
-    let mut v = ckpt.load_f32(
+    let mut v = l.host_f32(
         &format!("{prefix}.parametrizations.weight.original1"),
         &shape,
     )?;
@@ -65,7 +68,7 @@ impl<T: Tensor> CausalConv<T> {
         stride: usize,
         pad: PadMode,
     ) -> Result<Self, LoadError> {
-        let w = l.from_f32(&weight_norm(l.ckpt, prefix, shape)?, &shape);
+        let w = l.from_f32(&weight_norm(l, prefix, shape)?, &shape);
         Ok(CausalConv {
             weight: T::prepare_conv_weight(&w, ConvKind::Conv),
             kernel: shape[2],
@@ -167,11 +170,11 @@ impl<T: Tensor> Codec<T> {
         let p = "audio_tokenizer";
         let dim = c.dim;
 
-        let sum = l.ckpt.load_f32(
+        let sum = l.host_f32(
             &format!("{p}.quantizer.semantic_codebook.embedding_sum"),
             &[c.semantic_codebook_size, c.semantic_dim],
         )?;
-        let usage = l.ckpt.load_f32(
+        let usage = l.host_f32(
             &format!("{p}.quantizer.semantic_codebook.cluster_usage"),
             &[c.semantic_codebook_size],
         )?;
@@ -196,7 +199,7 @@ impl<T: Tensor> Codec<T> {
                 None
             } else {
                 let shape = [dim, dim, st.kernel];
-                let w = l.from_f32(&weight_norm(l.ckpt, &conv_key(block), shape)?, &shape);
+                let w = l.from_f32(&weight_norm(l, &conv_key(block), shape)?, &shape);
                 block += 1;
                 Some(Upsample {
                     weight: T::prepare_conv_weight(&w, ConvKind::Transpose),

@@ -135,21 +135,13 @@ impl<T: Tensor> Voxtral<T> {
         }
         let voices = voices::load_voices(dir, tokenizer.voice_num_audio_tokens(), a.dim)?;
         let ckpt = Checkpoint::open(&dir.join("consolidated.safetensors"))?;
-        let l = Loader::<T> {
-            ckpt: &ckpt,
-            device,
-            dtype,
-        };
+        let l = Loader::<T>::new(&ckpt, device, dtype);
         // Embedding tables stay in their stored dtype: rows are converted after lookup.
-        let stored = |key: &str, shape: &[usize]| -> Result<T, LoadError> {
-            let dtype = ckpt.raw(key, shape)?.dtype;
-            l.tensor_as(key, shape, dtype)
-        };
-        let tok_embeddings = stored(
+        let tok_embeddings = l.tensor_as_stored(
             "mm_audio_embeddings.tok_embeddings.weight",
             &[a.vocab_size, a.dim],
         )?;
-        let audio_embeddings = stored(
+        let audio_embeddings = l.tensor_as_stored(
             "mm_audio_embeddings.audio_codebook_embeddings.embeddings.weight",
             &[config.audio_embedding_rows, a.dim],
         )?;
@@ -159,13 +151,7 @@ impl<T: Tensor> Voxtral<T> {
         // (55x slower than f32 without AVX512-BF16): on a CPU it computes in f32, which also
         // makes streamed and one-shot decoding agree in bf16 mode.
         let codec_dtype = if T::is_cpu(device) { DType::F32 } else { dtype };
-        let codec = Codec::load(
-            &Loader {
-                dtype: codec_dtype,
-                ..l
-            },
-            &config,
-        )?;
+        let codec = Codec::load(&l.with_dtype(codec_dtype), &config)?;
         let unused: Vec<String> = ckpt
             .unused_keys()
             .into_iter()
