@@ -26,14 +26,22 @@ pub use tempo::time_stretch;
 pub const SAMPLE_RATE: u32 = 24_000;
 
 /// OpenAI's `response_format` values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum AudioFormat {
+    /// audio/mpeg
     Mp3,
+    /// Ogg Opus, audio/opus
     Opus,
+    /// AAC-LC in ADTS, audio/aac
     Aac,
+    /// audio/flac
     Flac,
+    /// 16-bit PCM WAV, audio/wav
     Wav,
+    /// Raw 16-bit little-endian mono samples at the model's rate, audio/pcm
     Pcm,
 }
 
