@@ -10,7 +10,7 @@ use crate::tensor::Tensor;
 use std::time::Instant;
 
 /// Crossfade between segments: 10 ms.
-const SEGMENT_FADE_SAMPLES: usize = audio::SAMPLE_RATE as usize / 100;
+const SEGMENT_FADE_SAMPLES: usize = audio::join::fade_samples(24_000);
 
 /// How a job ended when nothing failed.
 pub(super) enum Ended {
