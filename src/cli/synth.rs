@@ -101,7 +101,7 @@ fn run_on<T: Tensor>(args: SynthArgs, device: &T::Device) -> Result<()> {
     let synthesis = generation.finish()?;
     write_atomically(
         &args.output,
-        &encode_audio(AudioFormat::Wav, &synthesis.pcm)?,
+        &encode_audio(AudioFormat::Wav, &synthesis.pcm, 24_000)?,
     )?;
     if let Some(path) = &args.dump_codes {
         let json =

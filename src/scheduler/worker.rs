@@ -5,7 +5,6 @@ use super::active::{ActiveJob, Admission, Ended};
 use super::job::{JobError, JobEvent, SpeechJob};
 use super::metric_names;
 use super::queue::JobQueue;
-use crate::audio;
 use crate::device::{Backend, DeviceChoice};
 use crate::models::voxtral_tts::{Generation, Voxtral};
 use crate::tensor::cpu_gemv::Variant;
@@ -171,11 +170,11 @@ fn load<T: Tensor>(
     let model = Voxtral::<T>::load(&settings.model_dir, device, settings.dtype)
         .map_err(|e| e.to_string())?;
     // The encoders take PCM at one fixed rate; a model at another rate would play wrongly.
-    if model.sample_rate() != audio::SAMPLE_RATE {
+    if model.sample_rate() != 24_000 {
         return Err(format!(
             "the model's sample rate is {} Hz; the audio encoders need {} Hz",
             model.sample_rate(),
-            audio::SAMPLE_RATE
+            24_000
         ));
     }
     let info = ModelInfo {

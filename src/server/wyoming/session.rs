@@ -206,7 +206,7 @@ impl Session {
         };
         let mut events = submit(&self.app, speech.synthesis, job)?;
         let mut next = first_audio(&mut events).await?;
-        let mut encoder = stream_encoder(AudioFormat::Pcm).map_err(encoding_failed)?;
+        let mut encoder = stream_encoder(AudioFormat::Pcm, 24_000).map_err(encoding_failed)?;
         let format = json!({"rate": model.sample_rate, "width": 2, "channels": 1});
         self.write(Event::new("audio-start", format.clone()))
             .await?;

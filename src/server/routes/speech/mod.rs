@@ -152,9 +152,9 @@ pub async fn create_speech(
                 let pcm = if speed == 1.0 {
                     pcm
                 } else {
-                    time_stretch(&pcm, speed)
+                    time_stretch(&pcm, speed, 24_000)
                 };
-                encode_audio(format, &pcm)
+                encode_audio(format, &pcm, 24_000)
             })
             .await
             .map_err(|e| ApiError::internal(format!("audio encoding stopped: {e}")))?
@@ -176,7 +176,7 @@ pub async fn create_speech(
         }
         Some(stream_format) => {
             metrics::histogram!(TIME_TO_FIRST_AUDIO).record(received.elapsed().as_secs_f64());
-            let encoder = stream_encoder(format)
+            let encoder = stream_encoder(format, 24_000)
                 .map_err(|e| ApiError::internal(format!("audio encoding failed: {e}")))?;
             let sse = stream_format == StreamFormat::Sse;
             let streamer = Streamer {
@@ -352,7 +352,7 @@ impl Streamer {
         };
         let mut bytes = Vec::new();
         if self.speed != 1.0 {
-            let pcm = time_stretch(&std::mem::take(&mut self.held), self.speed);
+            let pcm = time_stretch(&std::mem::take(&mut self.held), self.speed, 24_000);
             bytes = encoder.push(&pcm)?;
         }
         bytes.extend(encoder.finish()?);
@@ -458,7 +458,7 @@ mod tests {
         Streamer {
             events,
             pending: None,
-            encoder: Some(stream_encoder(AudioFormat::Pcm).unwrap()),
+            encoder: Some(stream_encoder(AudioFormat::Pcm, 24_000).unwrap()),
             speed: 1.0,
             held: Vec::new(),
             sse,
