@@ -59,6 +59,11 @@ pub fn resample(
 /// output depends only on the concatenated input (a stream and a one-shot file get the same
 /// samples), and it is that of [`resample`]: aligned, `ceil(len * to_rate / from_rate)` long.
 /// Each push returns what is final so far; [`finish`](Self::finish) the rest.
+///
+/// Latency: nothing comes out until a whole chunk is in, `chunk_size(from, to)` input frames
+/// (1176 from 44.1 or 22.05 kHz to 48 kHz: 27 or 53 ms), plus the filter's delay. Rates with
+/// no common factor make that chunk a second or two long (44 101 Hz: two seconds), which a
+/// stream then waits for; the rates models use are all far from that.
 pub(crate) struct StreamResampler {
     fft: Fft<f32>,
     from_rate: u32,
