@@ -1,4 +1,5 @@
-//! End-to-end checks of every `response_format`: encode, then decode with the ffmpeg CLI.
+//! End-to-end checks of every `response_format`: encode, then decode with the ffmpeg CLI,
+//! at 24 kHz (Voxtral's rate) and at the other rates models speak at.
 //!
 //! ffmpeg/ffprobe are required (Debian: `apt-get install -y ffmpeg`); without them the
 //! tests fail with a message saying so rather than passing silently.
@@ -6,20 +7,25 @@
 use std::path::Path;
 use std::process::Command;
 
-use voxtral_tts::audio::{
-    encode_audio, stream_encoder, time_stretch, AudioFormat, StreamEncoder, SAMPLE_RATE,
-};
+use voxtral_tts::audio::input::resample;
+use voxtral_tts::audio::{encode_audio, stream_encoder, time_stretch, AudioFormat, StreamEncoder};
 
-const SR: f64 = SAMPLE_RATE as f64;
+/// Voxtral's rate, that of the tests not about rates.
+const SAMPLE_RATE: u32 = 24_000;
 
-/// ~1.37 s: a 440 Hz tone plus a 200 Hz -> 4 kHz chirp. 32 880 samples is not a multiple
-/// of any codec frame (480, 576, 1024, 2048), so padding and trimming are exercised.
-fn test_signal() -> Vec<f32> {
-    let n = (1.37 * SR) as usize;
-    let dur = n as f64 / SR;
+/// Rates every format is checked at (model families speak at these).
+const RATES: [u32; 5] = [16_000, 22_050, 24_000, 44_100, 48_000];
+
+/// ~1.37 s at `rate`: a 440 Hz tone plus a 200 Hz -> 4 kHz chirp. 32 880 samples at 24 kHz
+/// is not a multiple of any codec frame (480, 576, 1024, 2048), so padding and trimming
+/// are exercised.
+fn test_signal(rate: u32) -> Vec<f32> {
+    let sr = f64::from(rate);
+    let n = (1.37 * sr) as usize;
+    let dur = n as f64 / sr;
     (0..n)
         .map(|i| {
-            let t = i as f64 / SR;
+            let t = i as f64 / sr;
             let tone = 0.4 * (2.0 * std::f64::consts::PI * 440.0 * t).sin();
             // Linear chirp: phase = 2π (f0 t + (f1 - f0) t² / (2 dur)).
             let phase = 2.0 * std::f64::consts::PI * (200.0 * t + 3800.0 * t * t / (2.0 * dur));
@@ -28,18 +34,19 @@ fn test_signal() -> Vec<f32> {
         .collect()
 }
 
-fn sine(freq: f64, seconds: f64) -> Vec<f32> {
-    let n = (seconds * SR) as usize;
+fn sine(freq: f64, seconds: f64, rate: u32) -> Vec<f32> {
+    let sr = f64::from(rate);
+    let n = (seconds * sr) as usize;
     (0..n)
-        .map(|i| (0.5 * (2.0 * std::f64::consts::PI * freq * i as f64 / SR).sin()) as f32)
+        .map(|i| (0.5 * (2.0 * std::f64::consts::PI * freq * i as f64 / sr).sin()) as f32)
         .collect()
 }
 
 /// Chunk sizes of the streaming test; the last entry takes the rest.
 const CHUNKS: [usize; 4] = [1000, 3841, 1, 7000];
 
-fn stream_in_chunks(format: AudioFormat, pcm: &[f32]) -> (Vec<u8>, Vec<Vec<u8>>) {
-    let mut enc: Box<dyn StreamEncoder> = stream_encoder(format).expect("stream_encoder");
+fn stream_in_chunks(format: AudioFormat, pcm: &[f32], rate: u32) -> (Vec<u8>, Vec<Vec<u8>>) {
+    let mut enc: Box<dyn StreamEncoder> = stream_encoder(format, rate).expect("stream_encoder");
     let mut pieces = Vec::new();
     let mut rest = pcm;
     for &c in &CHUNKS {
@@ -75,27 +82,34 @@ struct Decoded {
 }
 
 impl Decoded {
-    /// Length in 24 kHz samples (opus decodes at 48 kHz).
+    /// Length in samples at `rate` (opus decodes at 48 kHz).
+    fn len_at(&self, rate: u32) -> f64 {
+        self.samples.len() as f64 * f64::from(rate) / f64::from(self.sample_rate)
+    }
+
+    /// Length in 24 kHz samples.
     fn len_24k(&self) -> f64 {
-        self.samples.len() as f64 * SR / f64::from(self.sample_rate)
+        self.len_at(SAMPLE_RATE)
     }
 }
 
-/// Writes `bytes` to a temp file and decodes it with ffmpeg at its native rate.
-fn decode(format: AudioFormat, bytes: &[u8]) -> Decoded {
+/// Writes `bytes` to a temp file and decodes it with ffmpeg at its native rate (raw PCM:
+/// as `rate`, which a client has to know).
+fn decode(format: AudioFormat, bytes: &[u8], rate: u32) -> Decoded {
     require_ffmpeg();
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join(format!("clip.{}", format.extension()));
     std::fs::write(&path, bytes).expect("write temp file");
     // Raw PCM has no header: tell ffmpeg what it is, as a client would.
+    let rate_arg = rate.to_string();
     let raw_args: &[&str] = if format == AudioFormat::Pcm {
-        &["-f", "s16le", "-ar", "24000", "-ac", "1"]
+        &["-f", "s16le", "-ar", &rate_arg, "-ac", "1"]
     } else {
         &[]
     };
 
     let (sample_rate, channels) = if format == AudioFormat::Pcm {
-        (SAMPLE_RATE, 1)
+        (rate, 1)
     } else {
         probe(&path)
     };
@@ -165,18 +179,36 @@ fn rms_f32(x: &[f32]) -> f64 {
     (x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / x.len().max(1) as f64).sqrt()
 }
 
-/// Samples per codec frame at 24 kHz: the granularity of padding at the end.
-fn frame_len(format: AudioFormat) -> usize {
+/// The rate a format's file says (and decodes at) for PCM at `rate`.
+fn coded_rate(format: AudioFormat, rate: u32) -> u32 {
+    const MPEG: [u32; 9] = [
+        8_000, 11_025, 12_000, 16_000, 22_050, 24_000, 32_000, 44_100, 48_000,
+    ];
     match format {
-        AudioFormat::Wav | AudioFormat::Pcm => 1,
-        AudioFormat::Flac => 2048,
-        AudioFormat::Opus => 480,
-        AudioFormat::Mp3 => 576, // MPEG-2 Layer III at 24 kHz
-        AudioFormat::Aac => 1024,
+        AudioFormat::Opus => 48_000,
+        AudioFormat::Mp3 | AudioFormat::Aac => {
+            MPEG.into_iter().find(|&r| r >= rate).unwrap_or(48_000)
+        }
+        _ => rate,
     }
 }
 
-/// Leading priming (24 kHz samples) that decoders output because the container cannot
+/// Samples per codec frame, counted at `rate`: the granularity of padding at the end.
+fn frame_len(format: AudioFormat, rate: u32) -> usize {
+    let coded = coded_rate(format, rate);
+    let at_coded_rate = match format {
+        AudioFormat::Wav | AudioFormat::Pcm => 1,
+        AudioFormat::Flac => 2048,
+        AudioFormat::Opus => 960,
+        // MPEG-1 Layer III (32 kHz and up) has 1152 samples a frame, MPEG-2/2.5 576.
+        AudioFormat::Mp3 if coded >= 32_000 => 1152,
+        AudioFormat::Mp3 => 576,
+        AudioFormat::Aac => 1024,
+    };
+    (at_coded_rate as u64 * u64::from(rate)).div_ceil(u64::from(coded)) as usize
+}
+
+/// Leading priming (samples) that decoders output because the container cannot
 /// say to drop it: ADTS has no field for it, and a stream cannot go back to fill in
 /// MP3's LAME tag. Ogg Opus (pre-skip + end granule) and one-shot MP3 (LAME Info tag)
 /// are trimmed exactly.
@@ -212,48 +244,68 @@ fn find_lag(pcm: &[f32], decoded: &[f32]) -> usize {
     best.0
 }
 
-fn check_decoded(format: AudioFormat, pcm: &[f32], bytes: &[u8], streaming: bool) -> Decoded {
+/// Decodes `bytes` and checks them against `pcm` (at `rate`): the file's rate, where the
+/// audio starts, its length, level and tail.
+fn check_decoded(
+    format: AudioFormat,
+    pcm: &[f32],
+    rate: u32,
+    bytes: &[u8],
+    streaming: bool,
+) -> Decoded {
     let mode = if streaming { "streamed" } else { "one-shot" };
-    let d = decode(format, bytes);
-    let expected_rate = if format == AudioFormat::Opus {
-        48_000
-    } else {
-        SAMPLE_RATE
-    };
-    assert_eq!(d.sample_rate, expected_rate, "{format}: sample rate");
+    let d = decode(format, bytes, rate);
+    assert_eq!(
+        d.sample_rate,
+        coded_rate(format, rate),
+        "{format} @ {rate}: sample rate"
+    );
     assert_eq!(d.channels, 1, "{format}: channels");
 
-    // Compare at 24 kHz (opus: every other sample; its content is far below 12 kHz).
-    let step = (d.sample_rate / SAMPLE_RATE).max(1) as usize;
-    let decoded: Vec<f32> = d
-        .samples
-        .iter()
-        .step_by(step)
-        .map(|&v| f32::from(v) / 32767.0)
-        .collect();
+    // Compare at the input's rate (opus decodes at 48 kHz: resample it back).
+    let decoded: Vec<f32> = d.samples.iter().map(|&v| f32::from(v) / 32767.0).collect();
+    let decoded = resample(&decoded, d.sample_rate, rate).expect("resample decoded audio");
     let lag = find_lag(pcm, &decoded);
-    let want_lag = expected_lag(format, streaming);
-    let err = d.len_24k() - pcm.len() as f64;
+    // Priming is counted at the codec's rate.
+    let want_lag = (expected_lag(format, streaming) as u64 * u64::from(rate)
+        / u64::from(d.sample_rate)) as usize;
+    let err = d.len_at(rate) - pcm.len() as f64;
     let extra = err - lag as f64;
     eprintln!(
-        "{format:>4} {mode}: decoded {} samples @ {} Hz; length error {err:+.0} samples @24k \
-         ({:+.2} ms) = priming {lag} + tail {extra:+.0}",
+        "{format:>4} {mode} @ {rate} Hz: decoded {} samples @ {} Hz; length error {err:+.1} \
+         samples ({:+.2} ms) = priming {lag} + tail {extra:+.1}",
         d.samples.len(),
         d.sample_rate,
-        err / 24.0
+        err * 1000.0 / f64::from(rate)
     );
     assert!(
         lag.abs_diff(want_lag) <= 2,
-        "{format} {mode}: audio starts at sample {lag}, expected {want_lag}"
+        "{format} {mode} @ {rate}: audio starts at sample {lag}, expected {want_lag}"
     );
-    // Nothing lost at the end, and at most one frame of padding after the last sample.
-    let frame = frame_len(format) as f64;
+    // Nothing lost at the end, and at most one frame of padding after the last sample
+    // (a streamed MP3 also plays LAME's flush padding, which at 16 kHz reaches into a
+    // second frame: it has no tag to say where the audio ends).
+    let frame = frame_len(format, rate) as f64;
+    let limit = if format == AudioFormat::Mp3 && streaming {
+        2.0 * frame
+    } else {
+        frame
+    };
     assert!(
-        (0.0..frame).contains(&extra) || (format == AudioFormat::Opus && extra.abs() < frame),
-        "{format} {mode}: {extra:+} samples after the input's end (frame {frame})"
+        (0.0..limit).contains(&extra) || (format == AudioFormat::Opus && extra.abs() < frame),
+        "{format} {mode} @ {rate}: {extra:+} samples after the input's end (frame {frame})"
     );
     if matches!(format, AudioFormat::Opus) || !streaming && format == AudioFormat::Mp3 {
-        assert_eq!(err, 0.0, "{format} {mode}: trimmed length must be exact");
+        // Exact, up to the fraction of a sample a resampled length can be off by.
+        let tolerance = if d.sample_rate.is_multiple_of(rate) {
+            0.0
+        } else {
+            1.0
+        };
+        assert!(
+            err.abs() <= tolerance,
+            "{format} {mode} @ {rate}: trimmed length must be exact, is {err:+}"
+        );
     }
     // The audio itself must survive (not silence, not clipped garbage).
     let aligned = &decoded[lag.min(decoded.len())..];
@@ -261,28 +313,39 @@ fn check_decoded(format: AudioFormat, pcm: &[f32], bytes: &[u8], streaming: bool
     let (r_in, r_out) = (rms_f32(pcm), rms_f32(aligned));
     assert!(
         (r_out / r_in - 1.0).abs() < 0.1,
-        "{format} {mode}: RMS {r_out:.3} after decoding vs {r_in:.3} before"
+        "{format} {mode} @ {rate}: RMS {r_out:.3} after decoding vs {r_in:.3} before"
     );
     // The last 20 ms must be there too (a dropped tail would read as silence here).
-    let tail = pcm.len() - 480;
+    let tail = pcm.len() - rate as usize / 50;
     let (t_in, t_out) = (
         rms_f32(&pcm[tail..]),
         rms_f32(&aligned[tail.min(aligned.len())..]),
     );
     assert!(
         (t_out / t_in - 1.0).abs() < 0.25,
-        "{format} {mode}: last 20 ms RMS {t_out:.3} vs {t_in:.3}: tail lost?"
+        "{format} {mode} @ {rate}: last 20 ms RMS {t_out:.3} vs {t_in:.3}: tail lost?"
     );
     d
 }
 
-fn check_format(format: AudioFormat) {
-    let pcm = test_signal();
-    let one_shot = encode_audio(format, &pcm).unwrap_or_else(|e| panic!("{format}: {e}"));
-    let a = check_decoded(format, &pcm, &one_shot, false);
+/// The packets of an Ogg stream, in order.
+fn ogg_packets(bytes: &[u8]) -> Vec<Vec<u8>> {
+    let mut reader = ogg::PacketReader::new(std::io::Cursor::new(bytes));
+    let mut packets = Vec::new();
+    while let Some(p) = reader.read_packet().expect("ogg packet") {
+        packets.push(p.data);
+    }
+    packets
+}
 
-    let (streamed, pieces) = stream_in_chunks(format, &pcm);
-    let b = check_decoded(format, &pcm, &streamed, true);
+fn check_format(format: AudioFormat, rate: u32) {
+    let pcm = test_signal(rate);
+    let one_shot =
+        encode_audio(format, &pcm, rate).unwrap_or_else(|e| panic!("{format} @ {rate}: {e}"));
+    let a = check_decoded(format, &pcm, rate, &one_shot, false);
+
+    let (streamed, pieces) = stream_in_chunks(format, &pcm, rate);
+    let b = check_decoded(format, &pcm, rate, &streamed, true);
 
     match format {
         AudioFormat::Wav | AudioFormat::Pcm | AudioFormat::Flac => {
@@ -302,8 +365,19 @@ fn check_format(format: AudioFormat) {
             for p in pieces.iter().filter(|p| !p.is_empty()) {
                 assert_eq!(&p[..4], b"OggS", "opus: push output must start on a page");
             }
+            // Pages fall differently; the packets (after OpusHead and OpusTags) are the same.
+            assert!(
+                ogg_packets(&streamed)[2..] == ogg_packets(&one_shot)[2..],
+                "opus @ {rate}: streamed packets differ from one-shot"
+            );
         }
-        AudioFormat::Mp3 | AudioFormat::Aac => {}
+        // ADTS has nothing to rewrite: the very same bytes.
+        AudioFormat::Aac => assert!(streamed == one_shot, "aac @ {rate}: stream differs"),
+        // One-shot only adds the LAME Info frame in front.
+        AudioFormat::Mp3 => assert!(
+            one_shot.ends_with(&streamed),
+            "mp3 @ {rate}: stream differs from the one-shot frames"
+        ),
     }
     match format {
         AudioFormat::Wav => {
@@ -326,59 +400,88 @@ fn check_format(format: AudioFormat) {
             assert_eq!(&streamed[44..], &one_shot[44..]);
         }
         AudioFormat::Pcm => assert_eq!(streamed, one_shot),
+        // Same frames after the 42-byte header (STREAMINFO is only filled in one-shot).
+        AudioFormat::Flac => assert!(streamed[42..] == one_shot[42..], "flac @ {rate}"),
         _ => {}
+    }
+}
+
+/// `check_format` at 24 kHz, then at every rate of [`RATES`] and at `extra` ones.
+fn check_rates(format: AudioFormat, extra: &[u32]) {
+    check_format(format, SAMPLE_RATE);
+    for &rate in RATES.iter().chain(extra) {
+        if rate != SAMPLE_RATE {
+            check_format(format, rate);
+        }
     }
 }
 
 #[test]
 fn wav_roundtrip() {
-    check_format(AudioFormat::Wav);
+    check_rates(AudioFormat::Wav, &[8_000, 96_000]);
 }
 
 #[test]
 fn pcm_roundtrip() {
-    check_format(AudioFormat::Pcm);
+    check_rates(AudioFormat::Pcm, &[]);
 }
 
 #[test]
 fn flac_roundtrip() {
-    check_format(AudioFormat::Flac);
+    check_rates(AudioFormat::Flac, &[8_000, 96_000]);
 }
 
 #[test]
 fn mp3_roundtrip() {
-    check_format(AudioFormat::Mp3);
+    // 20 kHz is no MPEG rate: resampled to 22.05 kHz.
+    check_rates(AudioFormat::Mp3, &[20_000]);
 }
 
 #[test]
 fn opus_roundtrip() {
-    check_format(AudioFormat::Opus);
+    // 22.05 and 44.1 kHz (in RATES) are resampled to 48 kHz; 16 kHz is encoded as it is.
+    check_rates(AudioFormat::Opus, &[8_000, 12_000]);
 }
 
 #[test]
 fn aac_roundtrip() {
     if !AudioFormat::Aac.is_supported() {
         // Built without the `aac` feature: the error must say so, not panic.
-        let e = encode_audio(AudioFormat::Aac, &[0.0; 10]).unwrap_err();
+        let e = encode_audio(AudioFormat::Aac, &[0.0; 10], SAMPLE_RATE).unwrap_err();
         assert!(e.to_string().contains("aac"), "{e}");
         return;
     }
-    check_format(AudioFormat::Aac);
+    check_rates(AudioFormat::Aac, &[20_000]);
+}
+
+#[test]
+fn zero_and_absurd_rates_are_errors() {
+    for format in AudioFormat::ALL {
+        for rate in [0, 1, 1_000_000, u32::MAX] {
+            let e = encode_audio(format, &[0.1; 100], rate).unwrap_err();
+            assert!(
+                e.to_string().contains("aac") || e.to_string().contains("sample rate"),
+                "{format} @ {rate}: {e}"
+            );
+            assert!(stream_encoder(format, rate).is_err(), "{format} @ {rate}");
+        }
+    }
 }
 
 #[test]
 fn empty_input_gives_valid_files() {
     for format in AudioFormat::ALL.into_iter().filter(|f| f.is_supported()) {
-        let bytes = encode_audio(format, &[]).unwrap_or_else(|e| panic!("{format}: {e}"));
-        let (streamed, _) = stream_in_chunks(format, &[]);
+        let bytes =
+            encode_audio(format, &[], SAMPLE_RATE).unwrap_or_else(|e| panic!("{format}: {e}"));
+        let (streamed, _) = stream_in_chunks(format, &[], SAMPLE_RATE);
         if format == AudioFormat::Pcm {
             assert!(bytes.is_empty() && streamed.is_empty());
             continue;
         }
         for (what, b) in [("one-shot", &bytes), ("streamed", &streamed)] {
-            let d = decode(format, b);
+            let d = decode(format, b, SAMPLE_RATE);
             // Only codec priming that the container cannot signal may remain.
-            let above = expected_lag(format, what == "streamed") + frame_len(format);
+            let above = expected_lag(format, what == "streamed") + frame_len(format, SAMPLE_RATE);
             assert!(
                 d.len_24k() <= above as f64,
                 "{format} {what}: empty input decoded to {} samples",
@@ -400,11 +503,12 @@ fn wild_samples_are_clipped_not_fatal() {
         0.5,
     ];
     for format in AudioFormat::ALL.into_iter().filter(|f| f.is_supported()) {
-        encode_audio(format, &pcm).unwrap_or_else(|e| panic!("{format}: {e}"));
+        encode_audio(format, &pcm, SAMPLE_RATE).unwrap_or_else(|e| panic!("{format}: {e}"));
     }
     let d = decode(
         AudioFormat::Wav,
-        &encode_audio(AudioFormat::Wav, &pcm).unwrap(),
+        &encode_audio(AudioFormat::Wav, &pcm, SAMPLE_RATE).unwrap(),
+        SAMPLE_RATE,
     );
     assert_eq!(d.samples, [0, 32767, -32767, 0, 32767, -32767, 16384]);
 }
@@ -427,12 +531,13 @@ fn content_types_and_names() {
     assert!(err.contains("mp3, opus, aac, flac, wav, pcm"), "{err}");
 }
 
-/// Dominant frequency by a DFT peak search over 50..2000 Hz at 0.5 Hz resolution.
-fn dominant_freq(x: &[f32]) -> f64 {
+/// Dominant frequency (PCM at `rate`) by a DFT peak search over 50..2000 Hz at 0.5 Hz
+/// resolution.
+fn dominant_freq(x: &[f32], rate: u32) -> f64 {
     let mut best = (0.0, 0.0);
     let mut f = 50.0;
     while f <= 2000.0 {
-        let w = 2.0 * std::f64::consts::PI * f / SR;
+        let w = 2.0 * std::f64::consts::PI * f / f64::from(rate);
         let (mut re, mut im) = (0.0, 0.0);
         for (i, &v) in x.iter().enumerate() {
             re += f64::from(v) * (w * i as f64).cos();
@@ -449,32 +554,42 @@ fn dominant_freq(x: &[f32]) -> f64 {
 
 #[test]
 fn time_stretch_keeps_pitch_and_scales_length() {
-    let x = sine(440.0, 1.0);
-    assert_eq!(time_stretch(&x, 1.0), x);
-    for speed in [0.25f32, 0.5, 0.8, 1.25, 2.0, 4.0] {
-        let y = time_stretch(&x, speed);
-        let want = x.len() as f64 / f64::from(speed);
-        let rel = (y.len() as f64 - want).abs() / want;
-        assert!(rel < 0.01, "speed {speed}: length {} vs {want}", y.len());
-        if speed == 0.5 || speed == 2.0 {
-            // Analyse the middle 0.4 s (0.2 s at speed 2) to stay clear of the edges.
-            let mid = &y[y.len() / 4..y.len() * 3 / 4];
-            let f = dominant_freq(mid);
+    for rate in [SAMPLE_RATE, 16_000, 22_050, 48_000] {
+        let x = sine(440.0, 1.0, rate);
+        assert_eq!(time_stretch(&x, 1.0, rate), x);
+        for speed in [0.25f32, 0.5, 0.8, 1.25, 2.0, 4.0] {
+            let y = time_stretch(&x, speed, rate);
+            let want = x.len() as f64 / f64::from(speed);
+            let rel = (y.len() as f64 - want).abs() / want;
             assert!(
-                (f - 440.0).abs() < 440.0 * 0.02,
-                "speed {speed}: pitch {f} Hz"
+                rel < 0.01,
+                "{rate} Hz, speed {speed}: length {} vs {want}",
+                y.len()
             );
-            // No dropouts from misaligned grains: the tone's level is kept.
-            let r = rms_f32(mid) / rms_f32(&x);
-            assert!((r - 1.0).abs() < 0.1, "speed {speed}: level ratio {r}");
+            if speed == 0.5 || speed == 2.0 {
+                // Analyse the middle 0.4 s (0.2 s at speed 2) to stay clear of the edges.
+                let mid = &y[y.len() / 4..y.len() * 3 / 4];
+                let f = dominant_freq(mid, rate);
+                assert!(
+                    (f - 440.0).abs() < 440.0 * 0.02,
+                    "{rate} Hz, speed {speed}: pitch {f} Hz"
+                );
+                // No dropouts from misaligned grains: the tone's level is kept.
+                let r = rms_f32(mid) / rms_f32(&x);
+                assert!(
+                    (r - 1.0).abs() < 0.1,
+                    "{rate} Hz, speed {speed}: level ratio {r}"
+                );
+            }
         }
     }
 }
 
 #[test]
 fn time_stretch_survives_odd_input() {
-    assert!(time_stretch(&[], 2.0).is_empty());
-    assert_eq!(time_stretch(&[0.3], 0.5).len(), 2);
+    assert!(time_stretch(&[], 2.0, SAMPLE_RATE).is_empty());
+    assert_eq!(time_stretch(&[0.3], 0.5, SAMPLE_RATE).len(), 2);
+    assert_eq!(time_stretch(&[0.3], 0.5, 0).len(), 2);
     let noisy: Vec<f32> = (0..5000)
         .map(|i| {
             if i % 7 == 0 {
@@ -484,7 +599,7 @@ fn time_stretch_survives_odd_input() {
             }
         })
         .collect();
-    let y = time_stretch(&noisy, 1.5);
+    let y = time_stretch(&noisy, 1.5, SAMPLE_RATE);
     assert_eq!(y.len(), 3333);
     assert!(
         y.iter().all(|v| v.is_finite()),

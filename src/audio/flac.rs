@@ -1,4 +1,7 @@
-//! `flac`: 16-bit mono 24 kHz FLAC, encoded frame by frame with flacenc.
+//! `flac`: 16-bit mono FLAC at the PCM's own rate (STREAMINFO says it), encoded frame by
+//! frame with flacenc. flacenc takes rates up to 96 kHz, and a frame header can only name
+//! a rate above 65 535 Hz in tens of Hz: other rates (above 96 kHz, or such as 88 201 Hz)
+//! are resampled to 96 kHz, the one case where FLAC output is not the input bit for bit.
 //!
 //! The stream header is sent first with "unknown" totals (0 samples, 0 frame sizes,
 //! zero MD5), which the FLAC format allows for streams. A one-shot file gets the real
@@ -10,9 +13,10 @@ use flacenc::config;
 use flacenc::error::{Verified, Verify};
 use flacenc::source::{Context, Fill, FrameBuf};
 
-use super::{to_i16, AudioError, AudioFormat, FormatEncoder, Mode, SAMPLE_RATE};
+use super::rate::RateAdapter;
+use super::{to_i16, AudioError, AudioFormat, FormatEncoder, Mode};
 
-/// 2048 samples (85 ms at 24 kHz): a streaming client gets a frame at least that often,
+/// 2048 samples (85 ms at 24 kHz, 43 ms at 48 kHz): a streaming client gets a frame at least that often,
 /// and compression stays within a percent or two of the 4096 default.
 pub(crate) const BLOCK_SIZE: usize = 2048;
 /// "fLaC" + metadata block header + STREAMINFO body.
@@ -22,8 +26,18 @@ fn err(e: impl std::fmt::Display) -> AudioError {
     AudioError::encoder(AudioFormat::Flac, e)
 }
 
+/// The rate to encode PCM at `rate` at (see the module documentation).
+fn flac_rate(rate: u32) -> u32 {
+    if rate <= 65_535 || rate <= 96_000 && rate.is_multiple_of(10) {
+        rate
+    } else {
+        96_000
+    }
+}
+
 pub(crate) struct FlacEncoder {
     mode: Mode,
+    rate: RateAdapter,
     config: Verified<config::Encoder>,
     info: StreamInfo,
     framebuf: FrameBuf,
@@ -34,14 +48,16 @@ pub(crate) struct FlacEncoder {
 }
 
 impl FlacEncoder {
-    pub(crate) fn new(mode: Mode) -> Result<Self, AudioError> {
+    pub(crate) fn new(mode: Mode, sample_rate: u32) -> Result<Self, AudioError> {
         let config = config::Encoder::default()
             .into_verified()
             .map_err(|(_, e)| err(e))?;
-        let mut info = StreamInfo::new(SAMPLE_RATE as usize, 1, 16).map_err(err)?;
+        let rate = flac_rate(sample_rate);
+        let mut info = StreamInfo::new(rate as usize, 1, 16).map_err(err)?;
         info.set_block_sizes(BLOCK_SIZE, BLOCK_SIZE).map_err(err)?;
         Ok(Self {
             mode,
+            rate: RateAdapter::new(AudioFormat::Flac, sample_rate, rate)?,
             config,
             info,
             framebuf: FrameBuf::with_size(1, BLOCK_SIZE).map_err(err)?,
@@ -94,11 +110,9 @@ impl FlacEncoder {
         out.extend_from_slice(sink.as_slice());
         Ok(())
     }
-}
 
-impl FormatEncoder for FlacEncoder {
-    fn push(&mut self, pcm: &[f32], out: &mut Vec<u8>) -> Result<(), AudioError> {
-        self.ensure_header(out)?;
+    /// Encodes the whole blocks `pcm` (at the FLAC rate) completes.
+    fn feed(&mut self, pcm: &[f32], out: &mut Vec<u8>) -> Result<(), AudioError> {
         for &x in pcm {
             self.pending.push(i32::from(to_i16(x)));
             if self.pending.len() == BLOCK_SIZE {
@@ -107,9 +121,19 @@ impl FormatEncoder for FlacEncoder {
         }
         Ok(())
     }
+}
+
+impl FormatEncoder for FlacEncoder {
+    fn push(&mut self, pcm: &[f32], out: &mut Vec<u8>) -> Result<(), AudioError> {
+        self.ensure_header(out)?;
+        let pcm = self.rate.push(pcm)?;
+        self.feed(&pcm, out)
+    }
 
     fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), AudioError> {
         self.ensure_header(out)?;
+        let rest = self.rate.finish()?;
+        self.feed(&rest, out)?;
         // The last frame may be shorter than BLOCK_SIZE (allowed for fixed-blocksize streams).
         self.encode_pending(out)?;
         if self.mode == Mode::OneShot && out.len() >= HEADER_LEN {
@@ -135,7 +159,7 @@ mod tests {
 
     #[test]
     fn header_is_42_bytes() {
-        let enc = FlacEncoder::new(Mode::Stream).unwrap();
+        let enc = FlacEncoder::new(Mode::Stream, 24_000).unwrap();
         let h = enc.streaming_header().unwrap();
         assert_eq!(h.len(), HEADER_LEN);
         assert_eq!(&h[..4], b"fLaC");
@@ -143,6 +167,34 @@ mod tests {
             h[4], 0x80,
             "STREAMINFO must be flagged as the last metadata block"
         );
+    }
+
+    #[test]
+    fn streaminfo_carries_the_rate() {
+        for (rate, want) in [
+            (8_000u32, 8_000),
+            (16_000, 16_000),
+            (22_050, 22_050),
+            (24_000, 24_000),
+            (44_100, 44_100),
+            (48_000, 48_000),
+            (65_535, 65_535),
+            (88_200, 88_200),
+            (88_201, 96_000),
+            (96_000, 96_000),
+            (192_000, 96_000),
+        ] {
+            let h = FlacEncoder::new(Mode::Stream, rate)
+                .unwrap()
+                .streaming_header()
+                .unwrap();
+            // STREAMINFO body from byte 8: rate is the 20 bits after the 10 bytes of sizes.
+            let bits = u32::from_be_bytes([h[18], h[19], h[20], 0]) >> 12;
+            assert_eq!(bits, want, "{rate}");
+            // Frames encode at that rate too.
+            let pcm = vec![0.25; 3000];
+            crate::audio::encode_audio(AudioFormat::Flac, &pcm, rate).unwrap();
+        }
     }
 
     #[test]
@@ -161,7 +213,7 @@ mod tests {
             let pcm: Vec<f32> = (0..n)
                 .map(|i| ((i * 7919) % 200) as f32 / 100.0 - 1.0)
                 .collect();
-            crate::audio::encode_audio(AudioFormat::Flac, &pcm).unwrap();
+            crate::audio::encode_audio(AudioFormat::Flac, &pcm, 24_000).unwrap();
         }
     }
 }

@@ -17,8 +17,14 @@
 //! segment by segment (or chunk by chunk), which holds back only the last
 //! `fade_samples` samples and produces exactly the same samples.
 
-/// Default crossfade length: 10 ms at [`super::SAMPLE_RATE`].
-pub const DEFAULT_FADE_SAMPLES: usize = super::SAMPLE_RATE as usize / 100;
+/// Crossfade length between segments, in seconds (10 ms).
+pub const SEGMENT_FADE_SECONDS: f64 = 0.010;
+
+/// Crossfade length in samples at `sample_rate`: [`SEGMENT_FADE_SECONDS`] of it, rounded
+/// down (240 at 24 kHz, 220 at 22.05 kHz, 441 at 44.1 kHz).
+pub const fn fade_samples(sample_rate: u32) -> usize {
+    (sample_rate as f64 * SEGMENT_FADE_SECONDS) as usize
+}
 
 /// Mixes `head` (the next segment's first samples) into `tail` (the previous output's
 /// last samples), in place. Both have the crossfade's length.
@@ -143,7 +149,7 @@ mod tests {
     use super::*;
 
     fn sine(freq: f32, phase: f32, amp: f32, n: usize) -> Vec<f32> {
-        let sr = super::super::SAMPLE_RATE as f32;
+        let sr = 24_000.0;
         (0..n)
             .map(|i| amp * (std::f32::consts::TAU * freq * i as f32 / sr + phase).sin())
             .collect()
@@ -173,13 +179,25 @@ mod tests {
     }
 
     #[test]
-    fn default_fade_is_10_ms() {
-        assert_eq!(DEFAULT_FADE_SAMPLES, 240);
+    fn fade_is_10_ms() {
+        for (rate, want) in [
+            (8_000, 80),
+            (16_000, 160),
+            (22_050, 220),
+            (24_000, 240),
+            (44_100, 441),
+            (48_000, 480),
+        ] {
+            assert_eq!(fade_samples(rate), want, "{rate}");
+            // The scheduler's own formula gives the same.
+            assert_eq!((f64::from(rate) * SEGMENT_FADE_SECONDS) as usize, want);
+        }
+        assert_eq!(fade_samples(0), 0);
     }
 
     #[test]
     fn seam_between_two_sines_has_no_click() {
-        let fade = DEFAULT_FADE_SAMPLES;
+        let fade = fade_samples(24_000);
         // A ends near +1, B starts at -0.8: a plain concatenation jumps by ~1.8.
         let n = 24_000;
         let a = sine(220.0, 0.0, 1.0, n);

@@ -1,5 +1,10 @@
 //! Audio output layer: OpenAI `response_format` encoders and the `speed` time stretch.
 //!
+//! PCM comes in at the rate of the model that made it (16, 22.05, 24, 44.1, 48 kHz, ...):
+//! every entry point takes that rate, and each format records it in its header, or
+//! resamples where the codec cannot carry it (see [`encode_audio`]). `pcm` has no header:
+//! its rate is the client's to know (the model's rate).
+//!
 //! Every format is implemented once, as an incremental encoder. Streaming responses
 //! use it through [`stream_encoder`]; [`encode_audio`] pushes all samples through the
 //! same encoder and finishes it, so both paths produce the same codec stream. The only
@@ -17,23 +22,34 @@ pub mod join;
 mod mp3;
 mod opus;
 mod pcm;
+mod rate;
 mod tempo;
 mod wav;
 
-pub use tempo::time_stretch;
+pub use tempo::{time_stretch, MAX_SPEED, MIN_SPEED};
 
-/// Sample rate of all PCM entering this module (Voxtral's codec output).
-pub const SAMPLE_RATE: u32 = 24_000;
+/// Lowest PCM sample rate the encoders take (Hz); the same range as audio input's.
+pub const MIN_SAMPLE_RATE: u32 = input::MIN_SAMPLE_RATE;
+/// Highest PCM sample rate the encoders take (Hz).
+pub const MAX_SAMPLE_RATE: u32 = input::MAX_SAMPLE_RATE;
 
 /// OpenAI's `response_format` values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum AudioFormat {
+    /// audio/mpeg
     Mp3,
+    /// Ogg Opus, audio/opus
     Opus,
+    /// AAC-LC in ADTS, audio/aac
     Aac,
+    /// audio/flac
     Flac,
+    /// 16-bit PCM WAV, audio/wav
     Wav,
+    /// Raw 16-bit little-endian mono samples at the model's rate, audio/pcm
     Pcm,
 }
 
@@ -117,6 +133,8 @@ pub enum AudioError {
     },
     #[error("audio format '{0}' is not available in this build (cargo feature `aac` is off)")]
     Unsupported(AudioFormat),
+    #[error("sample rate {rate} Hz is out of range: the audio encoders take {min}..={max} Hz")]
+    SampleRate { rate: u32, min: u32, max: u32 },
 }
 
 impl AudioError {
@@ -128,11 +146,24 @@ impl AudioError {
     }
 }
 
+/// Checks that `rate` is one the encoders take ([`MIN_SAMPLE_RATE`]..=[`MAX_SAMPLE_RATE`]).
+pub fn check_sample_rate(rate: u32) -> Result<(), AudioError> {
+    if (MIN_SAMPLE_RATE..=MAX_SAMPLE_RATE).contains(&rate) {
+        Ok(())
+    } else {
+        Err(AudioError::SampleRate {
+            rate,
+            min: MIN_SAMPLE_RATE,
+            max: MAX_SAMPLE_RATE,
+        })
+    }
+}
+
 /// Incremental encoder: push PCM chunks as they are generated, send the returned bytes
 /// right away. Each call returns only complete codec frames (pages for Ogg); the rest of
 /// the samples stay buffered until the next push or `finish`.
 pub trait StreamEncoder: Send {
-    /// Encodes `pcm` (f32 mono at [`SAMPLE_RATE`], clipped to [-1, 1]).
+    /// Encodes `pcm` (f32 mono at the encoder's sample rate, clipped to [-1, 1]).
     fn push(&mut self, pcm: &[f32]) -> Result<Vec<u8>, AudioError>;
     /// Flushes buffered samples and ends the stream.
     fn finish(self: Box<Self>) -> Result<Vec<u8>, AudioError>;
@@ -154,15 +185,20 @@ pub(crate) trait FormatEncoder: Send {
     fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), AudioError>;
 }
 
-fn new_encoder(format: AudioFormat, mode: Mode) -> Result<Box<dyn FormatEncoder>, AudioError> {
+fn new_encoder(
+    format: AudioFormat,
+    mode: Mode,
+    sample_rate: u32,
+) -> Result<Box<dyn FormatEncoder>, AudioError> {
+    check_sample_rate(sample_rate)?;
     Ok(match format {
-        AudioFormat::Wav => Box::new(wav::WavEncoder::new(mode)),
+        AudioFormat::Wav => Box::new(wav::WavEncoder::new(mode, sample_rate)),
         AudioFormat::Pcm => Box::new(pcm::PcmEncoder),
-        AudioFormat::Mp3 => Box::new(mp3::Mp3Encoder::new(mode)?),
-        AudioFormat::Flac => Box::new(flac::FlacEncoder::new(mode)?),
-        AudioFormat::Opus => Box::new(opus::OpusEncoder::new(mode)?),
+        AudioFormat::Mp3 => Box::new(mp3::Mp3Encoder::new(mode, sample_rate)?),
+        AudioFormat::Flac => Box::new(flac::FlacEncoder::new(mode, sample_rate)?),
+        AudioFormat::Opus => Box::new(opus::OpusEncoder::new(mode, sample_rate)?),
         #[cfg(feature = "aac")]
-        AudioFormat::Aac => Box::new(aac::AacEncoder::new()?),
+        AudioFormat::Aac => Box::new(aac::AacEncoder::new(sample_rate)?),
         #[cfg(not(feature = "aac"))]
         AudioFormat::Aac => return Err(AudioError::Unsupported(format)),
     })
@@ -184,14 +220,42 @@ impl StreamEncoder for Streaming {
     }
 }
 
-/// Creates a streaming encoder for `format`.
-pub fn stream_encoder(format: AudioFormat) -> Result<Box<dyn StreamEncoder>, AudioError> {
-    Ok(Box::new(Streaming(new_encoder(format, Mode::Stream)?)))
+/// Creates a streaming encoder for `format`, taking PCM at `sample_rate` Hz. The bytes
+/// it returns, all concatenated, are those [`encode_audio`] gives for the same samples,
+/// except for the header fields a one-shot file fills in at the end.
+pub fn stream_encoder(
+    format: AudioFormat,
+    sample_rate: u32,
+) -> Result<Box<dyn StreamEncoder>, AudioError> {
+    Ok(Box::new(Streaming(new_encoder(
+        format,
+        Mode::Stream,
+        sample_rate,
+    )?)))
 }
 
-/// Encodes a complete clip (f32 mono at [`SAMPLE_RATE`], clipped to [-1, 1]) into a file.
-pub fn encode_audio(format: AudioFormat, pcm: &[f32]) -> Result<Vec<u8>, AudioError> {
-    let mut enc = new_encoder(format, Mode::OneShot)?;
+/// Encodes a complete clip (f32 mono at `sample_rate` Hz, clipped to [-1, 1]) into a file.
+///
+/// Each format records `sample_rate` where its codec can, and otherwise resamples (with
+/// rubato, aligned and streaming-safe) to a rate it can:
+///
+/// - `wav`, `pcm`: any rate (`pcm` has no header: the client knows the rate).
+/// - `flac`: any rate up to 96 kHz (above 65 535 Hz, multiples of 10 Hz); others are
+///   resampled to 96 kHz.
+/// - `opus`: 8, 12, 16, 24 and 48 kHz are encoded as they are (libopus's input rates);
+///   others are resampled to 48 kHz.
+/// - `mp3`, `aac`: the MPEG rates 8, 11.025, 12, 16, 22.05, 24, 32, 44.1 and 48 kHz are
+///   kept; others are resampled to the next of these above (48 kHz above 48 kHz).
+///
+/// Ogg Opus always decodes at 48 kHz; its header records `sample_rate` as the input
+/// rate. A rate outside [`MIN_SAMPLE_RATE`]..=[`MAX_SAMPLE_RATE`] is an
+/// [`AudioError::SampleRate`].
+pub fn encode_audio(
+    format: AudioFormat,
+    pcm: &[f32],
+    sample_rate: u32,
+) -> Result<Vec<u8>, AudioError> {
+    let mut enc = new_encoder(format, Mode::OneShot, sample_rate)?;
     let mut file = Vec::new();
     enc.push(pcm, &mut file)?;
     enc.finish(&mut file)?;
@@ -242,6 +306,28 @@ mod tests {
         let name = s.trim_matches('"');
         let de: StrDeserializer<'_, Error> = name.into_deserializer();
         serde::Deserialize::deserialize(de).unwrap()
+    }
+
+    #[test]
+    fn bad_rates_are_errors() {
+        for format in AudioFormat::ALL.into_iter().filter(|f| f.is_supported()) {
+            for rate in [0, 1, MIN_SAMPLE_RATE - 1, MAX_SAMPLE_RATE + 1, u32::MAX] {
+                let e = encode_audio(format, &[0.0; 10], rate).unwrap_err();
+                assert!(
+                    matches!(e, AudioError::SampleRate { .. }),
+                    "{format} {rate}: {e}"
+                );
+                assert!(e.to_string().contains(&rate.to_string()), "{e}");
+                assert!(matches!(
+                    stream_encoder(format, rate).err(),
+                    Some(AudioError::SampleRate { .. })
+                ));
+            }
+            for rate in [MIN_SAMPLE_RATE, 11_025, 44_100, 96_000, MAX_SAMPLE_RATE] {
+                encode_audio(format, &[0.1; 100], rate)
+                    .unwrap_or_else(|e| panic!("{format} {rate}: {e}"));
+            }
+        }
     }
 
     #[test]

@@ -1,4 +1,6 @@
-//! `pcm`: raw signed 16-bit little-endian mono at 24 kHz, no header (OpenAI's definition).
+//! `pcm`: raw signed 16-bit little-endian mono, no header (OpenAI's definition), at the
+//! model's rate as it comes: nothing in the bytes says the rate, the client has to know it
+//! (OpenAI's models are 24 kHz; here it is the rate of the model that spoke).
 
 use super::{to_i16, AudioError, FormatEncoder};
 

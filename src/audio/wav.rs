@@ -1,11 +1,11 @@
-//! `wav`: 16-bit PCM RIFF/WAVE, mono, 24 kHz.
+//! `wav`: 16-bit PCM RIFF/WAVE, mono, at the PCM's own rate (any rate: the header says it).
 //!
 //! Streams start with hound's "infinite file" header (0xFFFFFFFF in both size fields,
 //! which ffmpeg, browsers and most players read as "until end of stream"). A one-shot
 //! file gets the real sizes patched in at `finish`.
 
 use super::pcm::write_s16le;
-use super::{AudioError, FormatEncoder, Mode, SAMPLE_RATE};
+use super::{AudioError, FormatEncoder, Mode};
 
 /// Offsets of the RIFF chunk size and data chunk size in the 44-byte PCM header.
 const RIFF_SIZE_AT: usize = 4;
@@ -14,23 +14,25 @@ const HEADER_LEN: usize = 44;
 
 pub(crate) struct WavEncoder {
     mode: Mode,
+    sample_rate: u32,
     header_written: bool,
     data_bytes: u64,
 }
 
 impl WavEncoder {
-    pub(crate) fn new(mode: Mode) -> Self {
+    pub(crate) fn new(mode: Mode, sample_rate: u32) -> Self {
         Self {
             mode,
+            sample_rate,
             header_written: false,
             data_bytes: 0,
         }
     }
 
-    fn header() -> Vec<u8> {
+    fn header(&self) -> Vec<u8> {
         hound::WavSpec {
             channels: 1,
-            sample_rate: SAMPLE_RATE,
+            sample_rate: self.sample_rate,
             bits_per_sample: 16,
             sample_format: hound::SampleFormat::Int,
         }
@@ -39,7 +41,7 @@ impl WavEncoder {
 
     fn ensure_header(&mut self, out: &mut Vec<u8>) {
         if !self.header_written {
-            out.extend_from_slice(&Self::header());
+            out.extend_from_slice(&self.header());
             self.header_written = true;
         }
     }
@@ -76,7 +78,7 @@ mod tests {
 
     #[test]
     fn header_layout() {
-        let h = WavEncoder::header();
+        let h = WavEncoder::new(Mode::Stream, 24_000).header();
         assert_eq!(h.len(), HEADER_LEN);
         assert_eq!(&h[0..4], b"RIFF");
         assert_eq!(&h[36..40], b"data");
@@ -86,12 +88,14 @@ mod tests {
     #[test]
     fn one_shot_has_sizes_and_reads_back() {
         let pcm: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.01).sin() * 0.5).collect();
-        let bytes = encode_audio(AudioFormat::Wav, &pcm).unwrap();
-        assert_eq!(bytes.len(), HEADER_LEN + 2000);
-        let reader = hound::WavReader::new(std::io::Cursor::new(&bytes)).unwrap();
-        assert_eq!(reader.len(), 1000);
-        assert_eq!(reader.spec().sample_rate, SAMPLE_RATE);
-        let empty = encode_audio(AudioFormat::Wav, &[]).unwrap();
+        for rate in [16_000, 22_050, 24_000, 44_100, 48_000] {
+            let bytes = encode_audio(AudioFormat::Wav, &pcm, rate).unwrap();
+            assert_eq!(bytes.len(), HEADER_LEN + 2000);
+            let reader = hound::WavReader::new(std::io::Cursor::new(&bytes)).unwrap();
+            assert_eq!(reader.len(), 1000);
+            assert_eq!(reader.spec().sample_rate, rate);
+        }
+        let empty = encode_audio(AudioFormat::Wav, &[], 24_000).unwrap();
         assert_eq!(empty.len(), HEADER_LEN);
         assert_eq!(
             hound::WavReader::new(std::io::Cursor::new(&empty))

@@ -7,9 +7,6 @@ mod load;
 mod serve;
 mod synth;
 
-/// The Hugging Face repository `download` fetches by default.
-pub use download::DEFAULT_REPO as DEFAULT_MODEL_REPO;
-
 #[cfg(feature = "testmodel")]
 use crate::testmodel::{make_test_model, Preset};
 use clap::{Parser, Subcommand};

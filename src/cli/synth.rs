@@ -100,11 +100,12 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 /// same worker, the same crossfades, so the same request gives the same audio.
 pub fn run(args: SynthArgs) -> Result<()> {
     let (queue, model, worker) = start(&args.model, args.device, args.dtype)?;
-    if !model.card.voices.contains(&args.voice) {
+    let names: Vec<&str> = model.card.voices.iter().map(|v| v.name.as_str()).collect();
+    if !names.contains(&args.voice.as_str()) {
         bail!(
             "unknown voice {:?}; available: {}",
             args.voice,
-            model.card.voices.join(", ")
+            names.join(", ")
         );
     }
     let seed = args.seed.unwrap_or_else(rand::random);
@@ -132,7 +133,8 @@ pub fn run(args: SynthArgs) -> Result<()> {
     let (pcm, summary) = collect(events)?;
     drop(queue);
     let _ = worker.join();
-    write_atomically(&args.output, &encode_audio(AudioFormat::Wav, &pcm)?)?;
+    let wav = encode_audio(AudioFormat::Wav, &pcm, model.card.sample_rate)?;
+    write_atomically(&args.output, &wav)?;
     if let Some(path) = &args.dump_codes {
         let first = &summary.codes[0];
         let json = serde_json::json!({
@@ -178,7 +180,7 @@ fn collect(mut events: UnboundedReceiver<JobEvent>) -> Result<(Vec<f32>, JobSumm
 pub fn list_voices(dir: &Path) -> Result<()> {
     let (_queue, model, _worker) = start(dir, DeviceChoice::Cpu, DType::BF16)?;
     for v in &model.card.voices {
-        println!("{v}");
+        println!("{}", v.name);
     }
     Ok(())
 }

@@ -36,8 +36,13 @@ pub struct ModelCard {
     pub family: &'static str,
     /// Who published the weights (OpenAI's `owned_by`).
     pub owned_by: &'static str,
-    /// Preset voice names, sorted.
-    pub voices: Vec<String>,
+    /// Where the published weights and their licence are.
+    pub homepage: &'static str,
+    /// Preset voices, sorted by name.
+    pub voices: Vec<VoiceInfo>,
+    /// OpenAI's voice names mapped onto presets, as (name, preset), for a family that maps
+    /// them. A pair whose preset the folder lacks selects nothing.
+    pub voice_aliases: &'static [(&'static str, &'static str)],
     /// Languages the model speaks (BCP 47).
     pub languages: Vec<String>,
     /// Whether a voice can be cloned from a reference clip.
@@ -54,14 +59,27 @@ pub struct ModelCard {
     pub device: String,
 }
 
+/// A preset voice as a card describes it.
+#[derive(Clone, Debug)]
+pub struct VoiceInfo {
+    pub name: String,
+    /// BCP 47 code, where known.
+    pub language: Option<&'static str>,
+    pub language_name: Option<&'static str>,
+    pub gender: Option<&'static str>,
+}
+
 impl ModelCard {
-    /// A card with these presets and Voxtral TTS's rates, for tests and fuzz targets that
-    /// check requests without loading a model.
+    /// A card with these presets, described and aliased as Voxtral TTS does, with its rates:
+    /// for tests and fuzz targets that check requests without loading a model.
     pub fn example(voices: &[&str]) -> ModelCard {
+        use crate::models::voxtral_tts::catalog;
         ModelCard {
             family: "voxtral-tts",
             owned_by: "mistralai",
-            voices: voices.iter().map(|v| v.to_string()).collect(),
+            homepage: "https://huggingface.co/mistralai/Voxtral-4B-TTS-2603",
+            voices: voices.iter().map(|v| catalog::voice_info(v)).collect(),
+            voice_aliases: &catalog::OPENAI_VOICES,
             languages: vec!["en".into()],
             cloning: false,
             instructions: false,

@@ -4,7 +4,7 @@
 use super::job::{JobEvent, JobSummary, SegmentCodes, SpeechJob};
 use super::metric_names;
 use super::worker::StreamSettings;
-use crate::audio::join::SegmentJoiner;
+use crate::audio::join::{fade_samples, SegmentJoiner};
 use crate::engine::{EngineError, SpeechSession, StopReason, TextToSpeech};
 use std::time::Instant;
 
@@ -56,8 +56,7 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
             Err(e) => return Err(Box::new((job, e))),
         };
         let sample_rate = engine.card().sample_rate;
-        // A 10 ms crossfade between segments.
-        let mut joiner = SegmentJoiner::new(sample_rate as usize / 100);
+        let mut joiner = SegmentJoiner::new(fade_samples(sample_rate));
         joiner.begin_segment();
         Ok(ActiveJob {
             prompt_tokens: session.prompt_ids().len(),

@@ -179,14 +179,8 @@ impl WithEngine for Serving<'_> {
             device: self.device,
             ..engine.card()
         };
-        // The encoders take PCM at one fixed rate; a model at another rate would play wrongly.
-        if card.sample_rate != audio::SAMPLE_RATE {
-            return Err(format!(
-                "the model's sample rate is {} Hz; the audio encoders need {} Hz",
-                card.sample_rate,
-                audio::SAMPLE_RATE
-            ));
-        }
+        audio::check_sample_rate(card.sample_rate)
+            .map_err(|e| format!("the model's output cannot be encoded: {e}"))?;
         tracing::info!(family = card.family, voices = card.voices.len(), device = %card.device, "model loaded");
         self.state
             .send_replace(EngineState::Ready(Arc::new(LoadedModel {

@@ -1,7 +1,7 @@
 //! The OpenAPI document (served at /openapi.json, committed as openapi/openapi.json) and the
 //! offline API docs page (Swagger UI files built into the binary).
 
-use super::voice_catalog::OPENAI_VOICES;
+use crate::models::voxtral_tts::catalog::OPENAI_VOICES;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::OpenApi;
 use utoipa::Modify;
@@ -48,7 +48,8 @@ impl Modify for ApiKeyAuth {
     }
 }
 
-/// Appends the OpenAI voice mapping, from the table the server uses, to the description.
+/// Appends Voxtral TTS's OpenAI voice mapping, from the table its card carries, to the
+/// description.
 struct VoiceTable;
 
 impl Modify for VoiceTable {
@@ -58,7 +59,7 @@ impl Modify for VoiceTable {
             .map(|(alias, preset)| format!("| {alias} | {preset} |"))
             .collect();
         let table = format!(
-            "\n\nOpenAI voice names select these presets (all English; the other presets \
+            "\n\nWith Voxtral TTS, OpenAI voice names select these presets (all English; the other presets \
              speak Portuguese, Dutch, Italian, French, Spanish, German, Arabic and Hindi):\n\n\
              | OpenAI voice | Preset |\n|---|---|\n{}",
             rows.join("\n")

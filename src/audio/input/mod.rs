@@ -40,6 +40,7 @@ use std::time::Duration;
 pub use detect::{detect_format, ContainerFormat};
 pub use error::AudioInputError;
 pub use resample::resample;
+pub(crate) use resample::StreamResampler;
 
 /// Lowest sample rate accepted, in a file or as a resampling target (Hz).
 pub const MIN_SAMPLE_RATE: u32 = 4_000;

@@ -2,7 +2,7 @@
 //! its best sinc resampler, and fast for a whole clip in memory).
 
 use rubato::audioadapter_buffers::direct::InterleavedSlice;
-use rubato::{Fft, FixedSync, Resampler};
+use rubato::{Fft, FixedSync, Indexing, Resampler};
 
 use super::{check_rate, AudioInputError};
 
@@ -52,6 +52,119 @@ pub fn resample(
         .process_all(&input, samples.len(), None)
         .map_err(|e| internal(&e))?;
     Ok(output.take_data())
+}
+
+/// Streaming form of [`resample`], for encoders that take PCM chunk by chunk: the samples
+/// go through the resampler in fixed chunks whatever the push sizes, so the concatenated
+/// output depends only on the concatenated input (a stream and a one-shot file get the same
+/// samples), and it is that of [`resample`]: aligned, `ceil(len * to_rate / from_rate)` long.
+/// Each push returns what is final so far; [`finish`](Self::finish) the rest.
+///
+/// Latency: nothing comes out until a whole chunk is in, `chunk_size(from, to)` input frames
+/// (1176 from 44.1 or 22.05 kHz to 48 kHz: 27 or 53 ms), plus the filter's delay. Rates with
+/// no common factor make that chunk a second or two long (44 101 Hz: two seconds), which a
+/// stream then waits for; the rates models use are all far from that.
+pub(crate) struct StreamResampler {
+    fft: Fft<f32>,
+    from_rate: u32,
+    to_rate: u32,
+    /// Input not yet processed (less than one chunk between calls).
+    pending: Vec<f32>,
+    /// One chunk of output.
+    scratch: Vec<f32>,
+    /// Startup delay still to drop from the output.
+    to_trim: usize,
+    samples_in: u64,
+    samples_out: u64,
+}
+
+impl StreamResampler {
+    pub(crate) fn new(from_rate: u32, to_rate: u32) -> Result<Self, AudioInputError> {
+        check_rate(from_rate)?;
+        check_rate(to_rate)?;
+        let fft = Fft::<f32>::new(
+            from_rate as usize,
+            to_rate as usize,
+            chunk_size(from_rate, to_rate),
+            1,
+            FixedSync::Both,
+        )
+        .map_err(|e| AudioInputError::Internal(format!("resampler: {e}")))?;
+        Ok(Self {
+            to_trim: fft.output_delay(),
+            scratch: vec![0.0; fft.output_frames_max()],
+            pending: Vec::with_capacity(fft.input_frames_max()),
+            fft,
+            from_rate,
+            to_rate,
+            samples_in: 0,
+            samples_out: 0,
+        })
+    }
+
+    /// Takes more input; returns the output that is final so far.
+    pub(crate) fn push(&mut self, samples: &[f32]) -> Result<Vec<f32>, AudioInputError> {
+        self.samples_in += samples.len() as u64;
+        self.pending.extend_from_slice(samples);
+        let chunk = self.fft.input_frames_next();
+        let mut out = Vec::new();
+        let mut used = 0;
+        while self.pending.len() - used >= chunk {
+            self.process(used, None, &mut out)?;
+            used += chunk;
+        }
+        self.pending.drain(..used);
+        Ok(out)
+    }
+
+    /// Flushes the input still held; returns the rest of the output.
+    pub(crate) fn finish(mut self) -> Result<Vec<f32>, AudioInputError> {
+        let expected =
+            (self.samples_in * u64::from(self.to_rate)).div_ceil(u64::from(self.from_rate));
+        let mut out = Vec::new();
+        if !self.pending.is_empty() {
+            self.process(0, Some(self.pending.len()), &mut out)?;
+            self.pending.clear();
+        }
+        // Zeros through the filter until the delayed end of the input has come out.
+        while self.samples_out < expected {
+            self.process(0, Some(0), &mut out)?;
+        }
+        let extra = (self.samples_out - expected) as usize;
+        out.truncate(out.len().saturating_sub(extra));
+        Ok(out)
+    }
+
+    /// Runs one chunk of `pending` from `offset` (`partial`: fewer frames, zero-padded).
+    fn process(
+        &mut self,
+        offset: usize,
+        partial: Option<usize>,
+        out: &mut Vec<f32>,
+    ) -> Result<(), AudioInputError> {
+        let internal =
+            |e: &dyn std::fmt::Display| AudioInputError::Internal(format!("resampler: {e}"));
+        let input = InterleavedSlice::new(&self.pending[..], 1, self.pending.len())
+            .map_err(|e| internal(&e))?;
+        let frames_out = self.scratch.len();
+        let mut output = InterleavedSlice::new_mut(&mut self.scratch[..], 1, frames_out)
+            .map_err(|e| internal(&e))?;
+        let indexing = Indexing {
+            input_offset: offset,
+            output_offset: 0,
+            partial_len: partial,
+            active_channels_mask: None,
+        };
+        let (_, n) = self
+            .fft
+            .process_into_buffer(&input, &mut output, Some(&indexing))
+            .map_err(|e| internal(&e))?;
+        let skip = self.to_trim.min(n);
+        self.to_trim -= skip;
+        out.extend_from_slice(&self.scratch[skip..n]);
+        self.samples_out += (n - skip) as u64;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -118,6 +231,42 @@ mod tests {
         let y = resample(&x, 44_101, 16_000).unwrap();
         assert!(y.len().abs_diff(32_000) <= 2, "{}", y.len());
         assert!(t.elapsed().as_secs_f32() < 2.0, "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn streaming_equals_one_shot() {
+        for (from, to) in [
+            (44_100, 48_000),
+            (22_050, 48_000),
+            (16_000, 22_050),
+            (48_000, 44_100),
+        ] {
+            let x = &sine(440.0, from, 0.7)[..];
+            let want = resample(x, from, to).unwrap();
+            for chunks in [&[usize::MAX][..], &[1, 999, 3000, 7], &[4096, 4096, 1]] {
+                let mut r = StreamResampler::new(from, to).unwrap();
+                let mut got = Vec::new();
+                let mut rest = x;
+                for &c in chunks.iter().cycle().take(64) {
+                    let (head, tail) = rest.split_at(c.min(rest.len()));
+                    got.extend(r.push(head).unwrap());
+                    rest = tail;
+                }
+                got.extend(r.push(rest).unwrap());
+                got.extend(r.finish().unwrap());
+                let n = want.len().min(got.len());
+                assert!(
+                    got.len().abs_diff(want.len()) <= 1,
+                    "{from}->{to}: {} vs {}",
+                    got.len(),
+                    want.len()
+                );
+                assert_eq!(got[..n], want[..n], "{from}->{to}, chunks {chunks:?}");
+            }
+        }
+        let r = StreamResampler::new(44_100, 48_000).unwrap();
+        assert!(r.finish().unwrap().is_empty());
+        assert!(StreamResampler::new(0, 48_000).is_err());
     }
 
     #[test]

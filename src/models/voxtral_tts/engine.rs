@@ -1,6 +1,6 @@
 //! Voxtral TTS behind the engine interface (`crate::engine`).
 
-use super::{Generation, Noise, SynthError, Voxtral, DEFAULT_MAX_FRAMES};
+use super::{catalog, Generation, Noise, SynthError, Voxtral, DEFAULT_MAX_FRAMES};
 use crate::engine::{
     EngineError, ModelCard, PreparedSpeech, SpeechPreparer, SpeechSession, StopReason, TextToSpeech,
 };
@@ -40,7 +40,9 @@ impl<T: Tensor> TextToSpeech for Voxtral<T> {
         ModelCard {
             family: "voxtral-tts",
             owned_by: "mistralai",
-            voices: self.voices().map(String::from).collect(),
+            homepage: "https://huggingface.co/mistralai/Voxtral-4B-TTS-2603",
+            voices: self.voices().map(catalog::voice_info).collect(),
+            voice_aliases: &catalog::OPENAI_VOICES,
             languages: LANGUAGES.map(String::from).to_vec(),
             cloning: false,
             instructions: false,

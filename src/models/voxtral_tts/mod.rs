@@ -3,6 +3,7 @@
 //! A request's path: `prompt` (tokenizer + voice rows) -> `backbone` prefill -> per frame:
 //! `flow_head` (codes) -> audio-embedding feedback -> `backbone` step; then `codec`.
 
+pub mod catalog;
 pub mod codec;
 mod engine;
 pub mod flow_head;

@@ -67,7 +67,7 @@ fn models(app: &AppState) -> Vec<Model> {
                 family: loaded.as_ref().map(|m| m.card.family),
                 capabilities: loaded.map(|m| Capabilities {
                     endpoints: vec!["/v1/audio/speech"],
-                    voices: m.card.voices.clone(),
+                    voices: m.card.voices.iter().map(|v| v.name.clone()).collect(),
                     cloning: m.card.cloning,
                     instructions: m.card.instructions,
                     languages: m.card.languages.clone(),

@@ -3,7 +3,7 @@
 
 use crate::server::error::{ApiError, ErrorResponse};
 use crate::server::state::AppState;
-use crate::server::voice_catalog::{aliases_of, preset_info};
+use crate::server::voice_catalog::aliases_of;
 use axum::extract::{Query, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -63,20 +63,17 @@ pub async fn list_voices(
         None => app.default_model(),
     };
     let model = served.loaded()?;
-    let data: Vec<Voice> = model
-        .card
+    let card = &model.card;
+    let data: Vec<Voice> = card
         .voices
         .iter()
-        .map(|name| {
-            let info = preset_info(name);
-            Voice {
-                id: name.clone(),
-                name: name.clone(),
-                language: info.as_ref().map(|i| i.language),
-                language_name: info.as_ref().map(|i| i.language_name),
-                gender: info.as_ref().map(|i| i.gender),
-                aliases: aliases_of(name),
-            }
+        .map(|v| Voice {
+            id: v.name.clone(),
+            name: v.name.clone(),
+            language: v.language,
+            language_name: v.language_name,
+            gender: v.gender,
+            aliases: aliases_of(&v.name, card),
         })
         .collect();
     Ok(Json(VoiceList {

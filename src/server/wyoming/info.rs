@@ -1,38 +1,31 @@
 //! The `info` answer to `describe`: one TTS program with the model's presets as voices, and
 //! the voice a request without one gets.
 
-use crate::cli::DEFAULT_MODEL_REPO;
 use crate::engine::ModelCard;
-use crate::server::voice_catalog::preset_info;
+use crate::server::voice_catalog;
 use serde_json::{json, Value};
-
-/// The preset used when a request names no voice (nor a language that has one).
-const DEFAULT_VOICE: &str = "neutral_female";
 
 /// The data of the `info` event (the `wyoming` package's `Info`, `TtsProgram`, `TtsVoice`).
 pub fn info(model: &ModelCard, model_id: &str) -> Value {
     let attribution = json!({
-        "name": "Mistral AI",
-        "url": format!("https://huggingface.co/{DEFAULT_MODEL_REPO}"),
+        "name": model.owned_by,
+        "url": model.homepage,
     });
     let voices: Vec<Value> = model
         .voices
         .iter()
-        .map(|name| {
-            let (languages, description) = match preset_info(name) {
-                Some(i) => (
-                    vec![i.language],
-                    format!("{name} ({}, {})", i.language_name, i.gender),
-                ),
-                None => (Vec::new(), name.clone()),
+        .map(|v| {
+            let description = match (v.language_name, v.gender) {
+                (Some(language), Some(gender)) => format!("{} ({language}, {gender})", v.name),
+                _ => v.name.clone(),
             };
             json!({
-                "name": name,
+                "name": v.name,
                 "attribution": attribution,
                 "installed": true,
                 "description": description,
                 "version": null,
-                "languages": languages,
+                "languages": v.language.into_iter().collect::<Vec<_>>(),
                 "speakers": null,
             })
         })
@@ -40,10 +33,10 @@ pub fn info(model: &ModelCard, model_id: &str) -> Value {
     json!({
         "asr": [], "handle": [], "intent": [], "wake": [], "mic": [], "snd": [],
         "tts": [{
-            "name": "voxtral-tts",
+            "name": model.family,
             "attribution": attribution,
             "installed": true,
-            "description": format!("Voxtral text to speech ({model_id})"),
+            "description": format!("{} text to speech ({model_id})", model.family),
             "version": env!("CARGO_PKG_VERSION"),
             "voices": voices,
             "supports_synthesize_streaming": true,
@@ -51,19 +44,20 @@ pub fn info(model: &ModelCard, model_id: &str) -> Value {
     })
 }
 
-/// The first preset speaking `language` (`fr`, or `fr-FR`), else `neutral_female`, else the
-/// first preset.
-pub fn default_voice<'a>(presets: &'a [String], language: Option<&str>) -> Option<&'a str> {
+/// The first preset speaking `language` (`fr`, or `fr-FR`), else the preset OpenAI's default
+/// voice (`alloy`) selects, else the first preset.
+pub fn default_voice<'a>(model: &'a ModelCard, language: Option<&str>) -> Option<&'a str> {
     let wanted = language.map(|l| l.split(['-', '_']).next().unwrap_or(l));
     let in_language = wanted.and_then(|code| {
-        presets
+        model
+            .voices
             .iter()
-            .find(|p| preset_info(p).is_some_and(|i| i.language.eq_ignore_ascii_case(code)))
+            .find(|v| v.language.is_some_and(|l| l.eq_ignore_ascii_case(code)))
+            .map(|v| v.name.as_str())
     });
     in_language
-        .or_else(|| presets.iter().find(|p| *p == DEFAULT_VOICE))
-        .or_else(|| presets.first())
-        .map(String::as_str)
+        .or_else(|| voice_catalog::resolve("alloy", model))
+        .or_else(|| model.voices.first().map(|v| v.name.as_str()))
 }
 
 #[cfg(all(test, feature = "testmodel"))]
@@ -84,12 +78,12 @@ mod tests {
 
     #[test]
     fn default_voices() {
-        let all: Vec<String> = PRESET_VOICES.iter().map(|s| s.to_string()).collect();
+        let all = ModelCard::example(&PRESET_VOICES);
         assert_eq!(default_voice(&all, None), Some("neutral_female"));
         assert_eq!(default_voice(&all, Some("de-DE")), Some("de_male"));
         assert_eq!(default_voice(&all, Some("ja")), Some("neutral_female"));
-        let french = vec!["fr_male".to_string()];
+        let french = ModelCard::example(&["fr_male"]);
         assert_eq!(default_voice(&french, Some("en")), Some("fr_male"));
-        assert_eq!(default_voice(&[], None), None);
+        assert_eq!(default_voice(&ModelCard::example(&[]), None), None);
     }
 }

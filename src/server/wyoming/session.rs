@@ -193,7 +193,7 @@ impl Session {
         let voice = options
             .voice
             .as_deref()
-            .or_else(|| default_voice(&model.card.voices, options.language.as_deref()))
+            .or_else(|| default_voice(&model.card, options.language.as_deref()))
             .ok_or_else(|| ApiError::invalid("voice", "This model folder has no preset voices."))?;
         let body = json!({"model": served.id, "input": text, "voice": voice,
             "response_format": "pcm", "seed": options.seed, "max_frames": options.max_frames});
@@ -209,7 +209,8 @@ impl Session {
         };
         let mut events = submit(&served, prepared, job)?;
         let mut next = first_audio(&mut events, &served.id).await?;
-        let mut encoder = stream_encoder(AudioFormat::Pcm).map_err(encoding_failed)?;
+        let rate = model.card.sample_rate;
+        let mut encoder = stream_encoder(AudioFormat::Pcm, rate).map_err(encoding_failed)?;
         let format = json!({"rate": model.card.sample_rate, "width": 2, "channels": 1});
         self.write(Event::new("audio-start", format.clone()))
             .await?;

@@ -120,7 +120,7 @@ pub async fn create_speech(
     let mut events = submit(served, prepared, options)?;
     // Errors before any audio (e.g. the tokenizer's limits) still get their status code.
     let first = first_audio(&mut events, &served.id).await?;
-    let (format, speed) = (speech.format, speech.speed);
+    let (format, speed, rate) = (speech.format, speech.speed, model.card.sample_rate);
     let mut response = match speech.stream_format {
         None => {
             let (pcm, summary) = collect_audio(first, events).await?;
@@ -128,9 +128,9 @@ pub async fn create_speech(
                 let pcm = if speed == 1.0 {
                     pcm
                 } else {
-                    time_stretch(&pcm, speed)
+                    time_stretch(&pcm, speed, rate)
                 };
-                encode_audio(format, &pcm)
+                encode_audio(format, &pcm, rate)
             })
             .await
             .map_err(|e| ApiError::internal(format!("audio encoding stopped: {e}")))?
@@ -154,9 +154,9 @@ pub async fn create_speech(
         Some(stream_format) => {
             metrics::histogram!(TIME_TO_FIRST_AUDIO, "model" => served.id.clone())
                 .record(received.elapsed().as_secs_f64());
-            let encoder = stream_encoder(format)
+            let encoder = stream_encoder(format, rate)
                 .map_err(|e| ApiError::internal(format!("audio encoding failed: {e}")))?;
-            let streamer = Streamer::new(events, first, encoder, speed);
+            let streamer = Streamer::new(events, first, encoder, speed, rate);
             if stream_format == StreamFormat::Sse {
                 Ok(stream::sse(streamer).into_response())
             } else {

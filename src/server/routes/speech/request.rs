@@ -1,7 +1,7 @@
 //! The body of `POST /v1/audio/speech` (OpenAI's fields plus two extensions) and its
 //! validation into a job for the worker.
 
-use crate::audio::AudioFormat;
+use crate::audio::{AudioFormat, MAX_SPEED, MIN_SPEED};
 use crate::engine::{ModelCard, Sampling, SpeechInput};
 use crate::server::error::ApiError;
 use crate::server::voice_catalog;
@@ -9,8 +9,12 @@ use serde::Deserialize;
 use std::ops::RangeInclusive;
 use utoipa::ToSchema;
 
-/// OpenAI's range for `speed`.
-pub const SPEED_RANGE: RangeInclusive<f32> = 0.25..=4.0;
+/// OpenAI's range for `speed`: what the time stretch takes.
+const SPEED_RANGE: RangeInclusive<f32> = MIN_SPEED..=MAX_SPEED;
+
+fn mp3() -> AudioFormat {
+    AudioFormat::Mp3
+}
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[schema(example = json!({"model": "tts-1", "input": "Hello there!", "voice": "alloy"}))]
@@ -24,9 +28,9 @@ pub struct SpeechRequest {
     /// Accepted for compatibility and ignored: Voxtral has no instruction input. The
     /// preset voice sets the style.
     pub instructions: Option<String>,
-    /// Audio encoding of the response.
-    #[serde(default)]
-    pub response_format: ResponseFormat,
+    /// Audio encoding of the response (mp3 by default, as OpenAI).
+    #[serde(default = "mp3")]
+    pub response_format: AudioFormat,
     /// Playback speed, 0.25 to 4.0 (default 1.0), applied with a pitch-preserving time stretch.
     #[schema(minimum = 0.25, maximum = 4.0, example = 1.0)]
     pub speed: Option<f32>,
@@ -69,37 +73,6 @@ impl VoiceChoice {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ResponseFormat {
-    /// audio/mpeg
-    #[default]
-    Mp3,
-    /// Ogg Opus, audio/opus
-    Opus,
-    /// AAC-LC in ADTS, audio/aac
-    Aac,
-    /// audio/flac
-    Flac,
-    /// 16-bit PCM WAV, audio/wav
-    Wav,
-    /// Raw 16-bit little-endian mono samples at 24 kHz, audio/pcm
-    Pcm,
-}
-
-impl From<ResponseFormat> for AudioFormat {
-    fn from(f: ResponseFormat) -> AudioFormat {
-        match f {
-            ResponseFormat::Mp3 => AudioFormat::Mp3,
-            ResponseFormat::Opus => AudioFormat::Opus,
-            ResponseFormat::Aac => AudioFormat::Aac,
-            ResponseFormat::Flac => AudioFormat::Flac,
-            ResponseFormat::Wav => AudioFormat::Wav,
-            ResponseFormat::Pcm => AudioFormat::Pcm,
-        }
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum StreamFormat {
@@ -137,13 +110,13 @@ impl SpeechRequest {
                 format!("'input' is {chars} characters long; the maximum is {max_input_chars}."),
             ));
         }
-        let voice = voice_catalog::resolve(self.voice.name(), &model.voices).ok_or_else(|| {
+        let voice = voice_catalog::resolve(self.voice.name(), model).ok_or_else(|| {
             ApiError::invalid(
                 "voice",
-                voice_catalog::unknown_voice_message(self.voice.name(), &model.voices),
+                voice_catalog::unknown_voice_message(self.voice.name(), model),
             )
         })?;
-        let format = AudioFormat::from(self.response_format);
+        let format = self.response_format;
         if !format.is_supported() {
             return Err(ApiError::invalid(
                 "response_format",
@@ -154,7 +127,7 @@ impl SpeechRequest {
         if !SPEED_RANGE.contains(&speed) {
             return Err(ApiError::invalid(
                 "speed",
-                format!("'speed' must be between 0.25 and 4.0; got {speed}."),
+                format!("'speed' must be between {MIN_SPEED} and {MAX_SPEED}; got {speed}."),
             ));
         }
         let max_frames = self.max_frames.unwrap_or(model.max_frames);

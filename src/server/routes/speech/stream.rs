@@ -53,6 +53,7 @@ pub(super) struct Streamer {
     /// With a speed change the audio is stretched as a whole, so it is held until the end.
     speed: f32,
     held: Vec<f32>,
+    sample_rate: u32,
     done: bool,
 }
 
@@ -63,6 +64,7 @@ impl Streamer {
         first: Option<JobEvent>,
         encoder: Box<dyn StreamEncoder>,
         speed: f32,
+        sample_rate: u32,
     ) -> Self {
         Streamer {
             events,
@@ -70,6 +72,7 @@ impl Streamer {
             encoder: Some(encoder),
             speed,
             held: Vec::new(),
+            sample_rate,
             done: false,
         }
     }
@@ -116,7 +119,11 @@ impl Streamer {
         };
         let mut bytes = Vec::new();
         if self.speed != 1.0 {
-            let pcm = time_stretch(&std::mem::take(&mut self.held), self.speed);
+            let pcm = time_stretch(
+                &std::mem::take(&mut self.held),
+                self.speed,
+                self.sample_rate,
+            );
             bytes = encoder.push(&pcm)?;
         }
         bytes.extend(encoder.finish()?);
@@ -210,7 +217,8 @@ mod tests {
     use std::time::Duration;
 
     fn streamer(events: UnboundedReceiver<JobEvent>) -> Streamer {
-        Streamer::new(events, None, stream_encoder(AudioFormat::Pcm).unwrap(), 1.0)
+        let encoder = stream_encoder(AudioFormat::Pcm, 24_000).unwrap();
+        Streamer::new(events, None, encoder, 1.0, 24_000)
     }
 
     async fn body_text(body: Body) -> Result<String, axum::Error> {
