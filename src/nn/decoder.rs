@@ -124,9 +124,10 @@ impl<T: Tensor> Decoder<T> {
         for (i, layer) in self.layers.iter().enumerate() {
             let a = &layer.attention;
             let normed = layer.attention_norm.forward(&h);
-            let q = a.split_heads(&normed.linear(&a.wq), a.n_heads);
-            let k = a.split_heads(&normed.linear(&a.wk), a.n_kv_heads);
-            let v = a.split_heads(&normed.linear(&a.wv), a.n_kv_heads);
+            let (q, k, v) = a.qkv(&normed);
+            let q = a.split_heads(&q, a.n_heads);
+            let k = a.split_heads(&k, a.n_kv_heads);
+            let v = a.split_heads(&v, a.n_kv_heads);
             let outs: Vec<T> = caches
                 .iter_mut()
                 .enumerate()
@@ -308,5 +309,31 @@ mod tests {
             &decoder.forward(&next, &mut [&mut chunked]),
             &decoder.forward(&next, &mut [&mut whole]),
         );
+    }
+
+    /// Fused q/k/v and gate/up products (what accelerators run) give what the separate
+    /// products give, up to rounding (a product of another shape may sum in another order).
+    #[test]
+    fn fused_products_equal_separate_ones() {
+        let _guard = tch::no_grad_guard();
+        let dir = tempfile::tempdir().unwrap();
+        let ckpt = checkpoint(dir.path(), "");
+        let l = Loader::<TchTensor>::new(&ckpt, &tch::Device::Cpu, DType::F32);
+        let (apart, fused) = (
+            Decoder::load(&l.fusing(false), "", &DIMS).unwrap(),
+            Decoder::load(&l.fusing(true), "", &DIMS).unwrap(),
+        );
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2);
+        let values: Vec<f32> = (0..7 * DIMS.dim)
+            .map(|_| rng.random::<f32>() - 0.5)
+            .collect();
+        let x = TchTensor::from_f32(&tch::Device::Cpu, &values, &[1, 7, DIMS.dim], DType::F32);
+        let run = |d: &Decoder<TchTensor>| {
+            let mut cache = d.new_cache(&tch::Device::Cpu, DType::F32, 8);
+            let prefill = d.forward(&x.narrow(1, 0, 6), &mut [&mut cache]);
+            let step = d.forward(&x.narrow(1, 6, 1), &mut [&mut cache]);
+            TchTensor::cat(&[&prefill, &step], 1)
+        };
+        close(&run(&apart), &run(&fused));
     }
 }

@@ -11,6 +11,10 @@ pub struct Loader<'a, T: Tensor> {
     pub device: &'a T::Device,
     pub dtype: DType,
     prefix: String,
+    /// Concatenate the weights of products that read the same input (q/k/v, gate/up) into
+    /// one: on accelerators one product launches once instead of three times. Off on a CPU,
+    /// where each weight is read in place from the memory map.
+    fuse: bool,
 }
 
 impl<'a, T: Tensor> Loader<'a, T> {
@@ -20,6 +24,15 @@ impl<'a, T: Tensor> Loader<'a, T> {
             device,
             dtype,
             prefix: String::new(),
+            fuse: !T::is_cpu(device),
+        }
+    }
+
+    /// The same loader, fusing products or not, whatever the device.
+    pub fn fusing(&self, fuse: bool) -> Self {
+        Loader {
+            fuse,
+            ..self.with_dtype(self.dtype)
         }
     }
 
@@ -38,6 +51,7 @@ impl<'a, T: Tensor> Loader<'a, T> {
             device: self.device,
             dtype,
             prefix: self.prefix.clone(),
+            fuse: self.fuse,
         }
     }
 
@@ -89,35 +103,92 @@ impl<T: Tensor> RmsNorm<T> {
     }
 }
 
+/// Weights of products that read the same input: apart, or concatenated (rows of the first,
+/// then of the next...) so that one product computes them all (see `Loader::fuse`).
+enum Stacked<T> {
+    Apart(Vec<T>),
+    Fused { weight: T, rows: Vec<usize> },
+}
+
+impl<T: Tensor> Stacked<T> {
+    fn load(l: &Loader<T>, keys: &[String], shapes: &[[usize; 2]]) -> Result<Self, LoadError> {
+        let parts = keys
+            .iter()
+            .zip(shapes)
+            .map(|(key, shape)| l.tensor(key, shape))
+            .collect::<Result<Vec<T>, _>>()?;
+        if !l.fuse {
+            return Ok(Stacked::Apart(parts));
+        }
+        Ok(Stacked::Fused {
+            weight: T::cat(&parts.iter().collect::<Vec<_>>(), 0),
+            rows: shapes.iter().map(|s| s[0]).collect(),
+        })
+    }
+
+    /// `x @ w.T` for every weight, in order.
+    fn products(&self, x: &T) -> Vec<T> {
+        match self {
+            Stacked::Apart(weights) => weights.iter().map(|w| x.linear(w)).collect(),
+            Stacked::Fused { weight, rows } => {
+                let all = x.linear(weight);
+                let last = all.shape().len() - 1;
+                let mut start = 0;
+                rows.iter()
+                    .map(|&n| {
+                        start += n;
+                        all.narrow(last, start - n, n)
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// `x @ w.T` for weight `i` alone (a view of the fused weight's rows).
+    fn product(&self, x: &T, i: usize) -> T {
+        match self {
+            Stacked::Apart(weights) => x.linear(&weights[i]),
+            Stacked::Fused { weight, rows } => {
+                let start = rows[..i].iter().sum();
+                x.linear(&weight.narrow(0, start, rows[i]))
+            }
+        }
+    }
+}
+
 /// SwiGLU feed-forward: `w2(silu(w1 x) * w3 x)`.
 pub struct FeedForward<T> {
-    w1: T,
+    /// w1 (gate) and w3 (up).
+    gate_up: Stacked<T>,
     w2: T,
-    w3: T,
 }
 
 impl<T: Tensor> FeedForward<T> {
     pub fn load(l: &Loader<T>, prefix: &str, dim: usize, hidden: usize) -> Result<Self, LoadError> {
         Ok(FeedForward {
-            w1: l.tensor(&format!("{prefix}.w1.weight"), &[hidden, dim])?,
+            gate_up: Stacked::load(
+                l,
+                &[format!("{prefix}.w1.weight"), format!("{prefix}.w3.weight")],
+                &[[hidden, dim], [hidden, dim]],
+            )?,
             w2: l.tensor(&format!("{prefix}.w2.weight"), &[dim, hidden])?,
-            w3: l.tensor(&format!("{prefix}.w3.weight"), &[hidden, dim])?,
         })
     }
 
     pub fn forward(&self, x: &T) -> T {
-        x.linear(&self.w1)
-            .silu()
-            .mul(&x.linear(&self.w3))
-            .linear(&self.w2)
+        let [gate, up]: [T; 2] = self
+            .gate_up
+            .products(x)
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("two weights"));
+        gate.silu().mul(&up).linear(&self.w2)
     }
 }
 
 /// Query/key/value/output projections of one attention layer.
 pub struct AttentionProj<T> {
-    pub wq: T,
-    pub wk: T,
-    pub wv: T,
+    /// wq, wk, wv.
+    qkv: Stacked<T>,
     pub wo: T,
     pub n_heads: usize,
     pub n_kv_heads: usize,
@@ -135,14 +206,38 @@ impl<T: Tensor> AttentionProj<T> {
     ) -> Result<Self, LoadError> {
         let (q, kv) = (n_heads * head_dim, n_kv_heads * head_dim);
         Ok(AttentionProj {
-            wq: l.tensor(&format!("{prefix}.wq.weight"), &[q, dim])?,
-            wk: l.tensor(&format!("{prefix}.wk.weight"), &[kv, dim])?,
-            wv: l.tensor(&format!("{prefix}.wv.weight"), &[kv, dim])?,
+            qkv: Stacked::load(
+                l,
+                &["wq", "wk", "wv"].map(|w| format!("{prefix}.{w}.weight")),
+                &[[q, dim], [kv, dim], [kv, dim]],
+            )?,
             wo: l.tensor(&format!("{prefix}.wo.weight"), &[dim, q])?,
             n_heads,
             n_kv_heads,
             head_dim,
         })
+    }
+
+    /// The query, key and value projections of `x` (one product where fused).
+    pub fn qkv(&self, x: &T) -> (T, T, T) {
+        let [q, k, v]: [T; 3] = self
+            .qkv
+            .products(x)
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("three weights"));
+        (q, k, v)
+    }
+
+    pub fn q(&self, x: &T) -> T {
+        self.qkv.product(x, 0)
+    }
+
+    pub fn k(&self, x: &T) -> T {
+        self.qkv.product(x, 1)
+    }
+
+    pub fn v(&self, x: &T) -> T {
+        self.qkv.product(x, 2)
     }
 
     /// `[b, l, heads * head_dim]` -> `[b, heads, l, head_dim]`.

@@ -454,7 +454,7 @@ impl<T: Tensor> CodecLayer<T> {
     fn forward(&self, x: &T, bias: &mut WindowBias<'_, T>) -> T {
         let a = &self.attention;
         let n = self.attention_norm.forward(x);
-        let (mut q, mut k) = (n.linear(&a.wq), n.linear(&a.wk));
+        let (mut q, mut k, v) = a.qkv(&n);
         // q/k norms act on the full projected width, before the head split.
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
             q = qn.forward(&q);
@@ -462,7 +462,7 @@ impl<T: Tensor> CodecLayer<T> {
         }
         let q = a.split_heads(&q, a.n_heads);
         let k = a.split_heads(&k, a.n_kv_heads);
-        let v = a.split_heads(&n.linear(&a.wv), a.n_kv_heads);
+        let v = a.split_heads(&v, a.n_kv_heads);
         let len = x.shape()[1];
         // Each query sees at most `window + 1` keys, so long inputs attend block by block.
         let mut outs = Vec::new();

@@ -32,9 +32,9 @@ impl<T: Tensor> FlowLayer<T> {
                 t.narrow(1, 0, queries)
             }
         };
-        let q = a.split_heads(&first(&n).linear(&a.wq), a.n_heads);
-        let k = a.split_heads(&n.linear(&a.wk), a.n_kv_heads);
-        let v = a.split_heads(&n.linear(&a.wv), a.n_kv_heads);
+        let q = a.split_heads(&a.q(&first(&n)), a.n_heads);
+        let k = a.split_heads(&a.k(&n), a.n_kv_heads);
+        let v = a.split_heads(&a.v(&n), a.n_kv_heads);
         let h = first(x).add(&a.merge_heads(&T::attention(&q, &k, &v, None, false, a.scale())));
         h.add(&self.feed_forward.forward(&self.ffn_norm.forward(&h)))
     }
