@@ -60,9 +60,9 @@ while ((SECONDS < END)); do
   fi
 done
 wait "$LOAD" || true
-completed=$(curl -s "$URL/metrics" | awk '/^voxtral_jobs_total\{outcome="completed"\}/ {print $2}')
-cancelled=$(curl -s "$URL/metrics" | awk '/^voxtral_jobs_total\{outcome="cancelled"\}/ {print $2}')
-failed=$(curl -s "$URL/metrics" | awk '/^voxtral_jobs_total\{outcome="(failed|panicked)"\}/ {s += $2} END {print s + 0}')
+completed=$(curl -s "$URL/metrics" | awk '/^speech_jobs_total\{.*outcome="completed"/ {s += $2} END {print s + 0}')
+cancelled=$(curl -s "$URL/metrics" | awk '/^speech_jobs_total\{.*outcome="cancelled"/ {s += $2} END {print s + 0}')
+failed=$(curl -s "$URL/metrics" | awk '/^speech_jobs_total\{.*outcome="(failed|panicked)"/ {s += $2} END {print s + 0}')
 growth=$(calc "($MAX - $BASE) * 100 / $BASE")
 printf 'jobs: %s completed, %s cancelled, %s failed\n' "${completed:-0}" "${cancelled:-0}" "$failed"
 printf 'RSS after warm-up: %.1f MiB, peak %.1f MiB, growth %.2f%% (limit %s%%)\n' \
