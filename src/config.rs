@@ -40,6 +40,8 @@ pub struct ServerConfig {
     pub max_batch_size: usize,
     /// KV-cache memory the running requests may reserve together, in MiB.
     pub kv_cache_budget_mib: usize,
+    /// Prompt tokens a new request prefills per step, between the running requests' frames.
+    pub prefill_chunk_tokens: usize,
     pub max_input_chars: usize,
     /// Frames (80 ms each) before the first audio chunk of a response.
     pub first_chunk_frames: usize,
@@ -184,6 +186,7 @@ impl ServerConfig {
             ("max_input_chars", config.max_input_chars),
             ("max_batch_size", config.max_batch_size),
             ("kv_cache_budget_mib", config.kv_cache_budget_mib),
+            ("prefill_chunk_tokens", config.prefill_chunk_tokens),
             ("first_chunk_frames", config.first_chunk_frames),
             ("chunk_frames", config.chunk_frames),
             ("segment_chars", config.segment_chars),

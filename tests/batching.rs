@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 use voxtral_tts::device::DeviceChoice;
-use voxtral_tts::engine::{prepare_speech, PreparedSpeech, Sampling, SpeechInput};
+use voxtral_tts::engine::{prepare_speech, EngineOptions, PreparedSpeech, Sampling, SpeechInput};
 use voxtral_tts::models::voxtral_tts::{Generation, Noise, SynthesisRequest, Voxtral};
 use voxtral_tts::scheduler::{
     start_worker, BatchSettings, EngineState, JobEvent, JobOptions, LoadedModel, StreamSettings,
@@ -136,6 +136,8 @@ struct Outcome {
     /// Samples per `Audio` event.
     chunks: Vec<usize>,
     frames: usize,
+    /// Per segment, with `JobOptions::keep_codes`.
+    codes: Vec<Vec<Vec<u32>>>,
     started: Instant,
     done: Instant,
 }
@@ -161,6 +163,10 @@ fn run_worker_with(
         panic_on_input: None,
         streaming: StreamSettings::default(),
         batching,
+        // Prompts prefilled 5 tokens a step: jobs join while others still prefill.
+        engine: EngineOptions {
+            prefill_chunk_tokens: 5,
+        },
     };
     let (queue, mut state, worker) = start_worker(settings, 16).unwrap();
     let loaded = tokio::runtime::Builder::new_current_thread()
@@ -197,6 +203,7 @@ fn run_worker_with(
                                 pcm,
                                 chunks,
                                 frames: summary.frames,
+                                codes: summary.codes.into_iter().map(|s| s.codes).collect(),
                                 started,
                                 done: started + summary.synthesis_time,
                             };
@@ -362,4 +369,31 @@ fn the_kernel_variant_follows_voxtral_cpu_kernel() {
             assert_eq!(active, *v);
         }
     }
+}
+
+/// The worker prefills prompts 5 tokens a step; the codes are those of a whole-prompt prefill
+/// (`Voxtral::start`), batched or not.
+#[test]
+fn prompts_prefilled_in_chunks_give_the_codes_of_a_whole_prefill() {
+    let _guard = tch::no_grad_guard();
+    let jobs = vec![requests()[2].clone(), requests()[0].clone()];
+    let options = JobOptions {
+        keep_codes: true,
+        ..JobOptions::default()
+    };
+    let outcomes = run_worker_with(&jobs, BatchSettings::default(), options);
+    let model = Voxtral::<TchTensor>::load(
+        &cached_test_model(Preset::Tiny, 0).unwrap(),
+        &tch::Device::Cpu,
+        DType::F32,
+    )
+    .unwrap();
+    // "Short.": one segment, the same text the worker prefilled.
+    let mut whole = model.start(&jobs[0]).unwrap();
+    assert!(
+        whole.prompt_ids.len() > 10,
+        "the prompt spans several chunks"
+    );
+    while whole.next_frame().is_some() {}
+    assert_eq!(outcomes[0].codes, [whole.frames().to_vec()]);
 }

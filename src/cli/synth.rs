@@ -2,7 +2,7 @@
 
 use crate::audio::{encode_audio, AudioFormat};
 use crate::device::DeviceChoice;
-use crate::engine::{prepare_speech, Sampling, SpeechInput};
+use crate::engine::{prepare_speech, EngineOptions, Sampling, SpeechInput};
 use crate::scheduler::{
     start_worker, BatchSettings, EngineState, JobEvent, JobOptions, JobQueue, JobSummary,
     LoadedModel, StreamSettings, WorkerSettings,
@@ -81,6 +81,7 @@ fn start(
         panic_on_input: None,
         streaming: StreamSettings::default(),
         batching: BatchSettings::default(),
+        engine: EngineOptions::default(),
     };
     let (queue, mut state, worker) = start_worker(settings, 1)?;
     let loaded = state.wait_for(|s| !matches!(s, EngineState::Loading));

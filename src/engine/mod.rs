@@ -128,7 +128,8 @@ pub trait TextToSpeech {
         speech: &PreparedSpeech,
         segment: usize,
     ) -> Result<Self::Session<'m>, EngineError>;
-    /// Advances every running session of `batch` by one frame, together.
+    /// Advances every running session of `batch` by one step, together: one frame each, or,
+    /// for a session whose prompt is prefilled in chunks, its next chunk.
     fn step(&self, batch: &mut [&mut Self::Session<'_>]);
     /// PCM of the session's frames from `from` on. Decoding in pieces gives the same samples
     /// as decoding all frames at once.
@@ -139,6 +140,22 @@ pub trait TextToSpeech {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct EngineError(pub String);
+
+/// Settings a worker gives the engine it loads.
+#[derive(Clone, Copy, Debug)]
+pub struct EngineOptions {
+    /// Prompt tokens a session prefills per step: a new request holds the running ones up
+    /// for at most one chunk.
+    pub prefill_chunk_tokens: usize,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            prefill_chunk_tokens: 256,
+        }
+    }
+}
 
 /// What to do with an engine once a family is loaded: the family is known only at run time,
 /// so the caller (the inference worker) is handed the engine through this generic method.

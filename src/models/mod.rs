@@ -7,7 +7,7 @@
 
 pub mod voxtral_tts;
 
-use crate::engine::WithEngine;
+use crate::engine::{EngineOptions, WithEngine};
 use crate::nn::LoadError;
 use crate::tensor::{DType, Tensor};
 use serde_json::Value;
@@ -100,18 +100,22 @@ fn read_json(path: &Path) -> Result<(String, Value), LoadError> {
     Ok((text, json))
 }
 
-/// Detects the family of `dir`, loads it on `device` and hands the engine to `with`.
+/// Detects the family of `dir`, loads it on `device` with `options` and hands the engine to
+/// `with`.
 pub fn load_tts<T: Tensor, W: WithEngine>(
     dir: &Path,
     device: &T::Device,
     dtype: DType,
+    options: EngineOptions,
     with: W,
 ) -> Result<W::Output, LoadError> {
     let folder = FolderConfig::read(dir)?;
     match folder.family {
         Family::VoxtralTts => {
             let config = Config::from_json(&folder.text, &folder.file)?;
-            Ok(with.run(Voxtral::<T>::load_with(dir, config, device, dtype)?))
+            let mut voxtral = Voxtral::<T>::load_with(dir, config, device, dtype)?;
+            voxtral.set_prefill_chunk(options.prefill_chunk_tokens);
+            Ok(with.run(voxtral))
         }
     }
 }

@@ -7,7 +7,7 @@ use super::metric_names;
 use super::queue::JobQueue;
 use crate::audio;
 use crate::device::{DeviceChoice, OnBackend};
-use crate::engine::{ModelCard, SpeechPreparer, TextToSpeech, WithEngine};
+use crate::engine::{EngineOptions, ModelCard, SpeechPreparer, TextToSpeech, WithEngine};
 use crate::models;
 use crate::tensor::cpu_gemv::Variant;
 use crate::tensor::tch_backend::TchTensor;
@@ -32,6 +32,7 @@ pub struct WorkerSettings {
     pub panic_on_input: Option<String>,
     pub streaming: StreamSettings,
     pub batching: BatchSettings,
+    pub engine: EngineOptions,
 }
 
 /// How many jobs advance together, and how much KV-cache memory they may hold.
@@ -143,7 +144,7 @@ impl OnBackend for Serve<'_> {
             state,
         };
         let loaded = catch_unwind(AssertUnwindSafe(|| {
-            models::load_tts::<T, _>(dir, device, settings.dtype, serving)
+            models::load_tts::<T, _>(dir, device, settings.dtype, settings.engine, serving)
         }));
         let failure = match loaded {
             Ok(Ok(Ok(()))) => return,

@@ -16,6 +16,7 @@ mod voice_catalog;
 mod wyoming;
 
 use crate::config::ServerConfig;
+use crate::engine::EngineOptions;
 use crate::scheduler::{start_worker, BatchSettings, EngineState, StreamSettings, WorkerSettings};
 use anyhow::{anyhow, Context};
 use axum::extract::DefaultBodyLimit;
@@ -190,6 +191,9 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
                 batching: BatchSettings {
                     max_batch_size: config.max_batch_size,
                     kv_cache_budget_bytes: config.kv_cache_budget_mib << 20,
+                },
+                engine: EngineOptions {
+                    prefill_chunk_tokens: config.prefill_chunk_tokens,
                 },
             },
             config.queue_capacity,

@@ -67,9 +67,11 @@ impl<T: Tensor> TextToSpeech for Voxtral<T> {
             scale: speech.sampling.noise_scale,
         };
         let ids = speech.segments[segment].prompt_ids.clone();
-        Ok(self.start_prompt(ids, &speech.voice, speech.max_frames, &noise)?)
+        let chunk = self.prefill_chunk;
+        Ok(self.start_prompt(ids, &speech.voice, speech.max_frames, &noise, chunk)?)
     }
 
+    /// One frame each, or one prefill chunk for a session still prefilling its prompt.
     fn step(&self, batch: &mut [&mut Generation<'_, T>]) {
         Generation::step_batch(batch);
     }

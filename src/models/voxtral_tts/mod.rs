@@ -90,6 +90,8 @@ pub struct Voxtral<T: Tensor> {
     codec: Codec<T>,
     device: T::Device,
     dtype: DType,
+    /// Prompt tokens an engine-interface session prefills per step.
+    prefill_chunk: usize,
     /// The memory-mapped checkpoint the weights point into; declared last so it outlives them.
     _weights: Vec<Arc<memmap2::Mmap>>,
 }
@@ -180,6 +182,7 @@ impl<T: Tensor> Voxtral<T> {
             codec,
             device: device.clone(),
             dtype,
+            prefill_chunk: usize::MAX,
         })
     }
 
@@ -254,16 +257,24 @@ impl<T: Tensor> Voxtral<T> {
             }
             .into());
         }
-        self.start_prompt(ids, &req.voice, req.max_frames, &req.noise)
+        self.start_prompt(ids, &req.voice, req.max_frames, &req.noise, usize::MAX)
     }
 
-    /// Prefills a prompt built by `prompt_ids` (its length already checked).
+    /// Prompt tokens a session started by the engine interface prefills per step (see
+    /// `Generation::step_batch`); `start` prefills whole prompts.
+    pub fn set_prefill_chunk(&mut self, tokens: usize) {
+        self.prefill_chunk = tokens.max(1);
+    }
+
+    /// Starts a generation of a prompt built by `prompt_ids` (its length already checked):
+    /// prefills its first `chunk` tokens now, the rest a chunk per step.
     fn start_prompt(
         &self,
         ids: Vec<u32>,
         voice: &str,
         max_frames: usize,
         noise: &Noise,
+        chunk: usize,
     ) -> Result<Generation<'_, T>, SynthError> {
         let width = self.flow.n_acoustic();
         let noise = match noise {
@@ -290,28 +301,29 @@ impl<T: Tensor> Voxtral<T> {
             .ok_or_else(|| PrepareError::UnknownVoice(voice.to_string()))?;
         let capacity = ids.len() + max_frames;
         let started = Instant::now();
-        let mut cache = self.backbone.new_cache(&self.device, self.dtype, capacity);
-        let hidden = self
-            .backbone
-            .forward(&self.embed_prompt(&ids, voice), &mut [&mut cache]);
-        let last = hidden
-            .narrow(1, ids.len() - 1, 1)
-            .reshape(&[1, self.config.args.dim]);
-        let times = StageTimes {
-            prefill: started.elapsed(),
-            ..Default::default()
+        let cache = self.backbone.new_cache(&self.device, self.dtype, capacity);
+        let prefill = Prefill {
+            embedded: self.embed_prompt(&ids, voice),
+            done: 0,
+            chunk: chunk.max(1),
         };
-        Ok(Generation {
+        let mut generation = Generation {
             model: self,
             prompt_ids: ids,
             cache,
-            hidden: last,
+            hidden: None,
+            prefill: Some(prefill),
             noise,
             frames: Vec::new(),
             max_frames,
             stop: None,
-            times,
-        })
+            times: StageTimes {
+                prefill: started.elapsed(),
+                ..Default::default()
+            },
+        };
+        generation.prefill_chunk();
+        Ok(generation)
     }
 
     /// Decodes frames of codes (with their +2 offset, END excluded) to PCM.
@@ -380,13 +392,23 @@ impl NoiseStream {
     }
 }
 
+/// The part of a prompt not prefilled yet.
+struct Prefill<T> {
+    /// `[1, prompt, dim]`.
+    embedded: T,
+    done: usize,
+    chunk: usize,
+}
+
 /// One synthesis in progress: frames come out one at a time, so callers can stream, show
 /// progress or cancel between frames.
 pub struct Generation<'m, T: Tensor> {
     model: &'m Voxtral<T>,
     pub prompt_ids: Vec<u32>,
     cache: KvCache<T>,
-    hidden: T,
+    /// The backbone's last hidden state, once the prompt is prefilled.
+    hidden: Option<T>,
+    prefill: Option<Prefill<T>>,
     noise: NoiseStream,
     frames: Vec<Vec<u32>>,
     max_frames: usize,
@@ -402,15 +424,43 @@ impl<T: Tensor> Generation<'_, T> {
         (self.frames.len() > before).then(|| self.frames[before].as_slice())
     }
 
-    /// Advances every running generation of `batch` by one frame, together: one batched
-    /// backbone step for those with a frame to feed back, one flow-head pass over all.
-    /// Stopped generations are skipped. All must come from the same model.
+    /// Prefills the next chunk of the prompt; the last one leaves the hidden state the first
+    /// frame is sampled from.
+    fn prefill_chunk(&mut self) {
+        let Some(p) = &mut self.prefill else { return };
+        let started = Instant::now();
+        let total = p.embedded.shape()[1];
+        let len = p.chunk.min(total - p.done);
+        let chunk = if len == total {
+            p.embedded.clone()
+        } else {
+            p.embedded.narrow(1, p.done, len)
+        };
+        let hidden = self.model.backbone.forward(&chunk, &mut [&mut self.cache]);
+        p.done += len;
+        if p.done == total {
+            let dim = self.model.config.args.dim;
+            self.hidden = Some(hidden.narrow(1, len - 1, 1).reshape(&[1, dim]));
+            self.prefill = None;
+        }
+        self.times.prefill += started.elapsed();
+    }
+
+    /// Advances every running generation of `batch` by one step, together: a generation
+    /// still prefilling its prompt prefills one more chunk (alone: a chunk's time is all a new
+    /// request costs the others); the others get one frame each, from one batched backbone
+    /// step for those with a frame to feed back and one flow-head pass over all. Stopped
+    /// generations are skipped. All must come from the same model.
     pub fn step_batch(batch: &mut [&mut Generation<'_, T>]) {
         let mut active: Vec<&mut Generation<'_, T>> = batch
             .iter_mut()
             .filter(|g| g.stop.is_none())
             .map(|g| &mut **g)
             .collect();
+        for g in active.iter_mut().filter(|g| g.prefill.is_some()) {
+            g.prefill_chunk();
+        }
+        active.retain(|g| g.prefill.is_none());
         let Some(first) = active.first() else { return };
         let m = first.model;
         assert!(
@@ -435,13 +485,17 @@ impl<T: Tensor> Generation<'_, T> {
             let elapsed = started.elapsed();
             let feeding = active.iter_mut().filter(|g| !g.frames.is_empty());
             for (row, g) in feeding.enumerate() {
-                g.hidden = hidden.narrow(0, row, 1).reshape(&[1, dim]);
+                g.hidden = Some(hidden.narrow(0, row, 1).reshape(&[1, dim]));
                 g.times.backbone += elapsed;
             }
         }
 
         let started = Instant::now();
-        let hidden = T::cat(&active.iter().map(|g| &g.hidden).collect::<Vec<_>>(), 0);
+        let hidden: Vec<&T> = active
+            .iter()
+            .map(|g| g.hidden.as_ref().expect("prefilled"))
+            .collect();
+        let hidden = T::cat(&hidden, 0);
         let width = m.flow.n_acoustic();
         let noise: Vec<f32> = active
             .iter_mut()
