@@ -234,18 +234,25 @@ fn batch_steps<T: Tensor>(
             Generation::step_batch(&mut running.iter_mut().collect::<Vec<_>>());
             steps += 1;
         }
-        let wall = started.elapsed();
-        let rate = arithmetic_rate(linear_multiply_adds() - before, wall, peak);
+        let generated = started.elapsed();
+        let rate = arithmetic_rate(linear_multiply_adds() - before, generated, peak);
+        // Each stream's audio decoded once, as the server does for a file response.
+        let decoding = Instant::now();
+        for g in &running {
+            model.decode(g.frames())?;
+        }
+        let codec = decoding.elapsed();
         let frames: usize = running.iter().map(|g| g.frames().len()).sum();
         let times = running[0].times();
         let per_step = |d: Duration| ms(d) / steps as f64;
-        let fps = frames as f64 / wall.as_secs_f64();
+        let fps = frames as f64 / generated.as_secs_f64();
         let ratio = fps / *one_stream.get_or_insert(fps);
         println!(
-            "batch {streams:>3}  {:.1} ms/step (backbone {:.1}, flow head {:.1}), {frames} frames in {steps} steps: {fps:.2} frames/s, {ratio:.2}x batch {}{rate}",
-            per_step(wall),
+            "batch {streams:>3}  {:.1} ms/step (backbone {:.1}, flow head {:.1}; then codec {:.1} per step, each stream decoded once), {frames} frames in {steps} steps: {fps:.2} frames/s, {ratio:.2}x batch {}{rate}",
+            per_step(generated),
             per_step(times.backbone),
             per_step(times.flow_head),
+            per_step(codec),
             args.batch[0],
         );
     }
