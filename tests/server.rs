@@ -887,6 +887,7 @@ fn several_models_are_served_by_id_and_an_unknown_model_is_404() {
     assert_eq!(second["aliases"], json!([]));
     let capabilities = &second["capabilities"];
     assert_eq!(capabilities["sample_rate"], 24_000);
+    assert_eq!(capabilities["samples_per_frame"], 1920);
     assert_eq!(capabilities["cloning"], false);
     assert_eq!(capabilities["voices"].as_array().unwrap().len(), 20);
     assert_eq!(models["data"][2]["parent"], "main");

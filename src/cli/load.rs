@@ -6,9 +6,11 @@ use serde_json::json;
 use std::io::Read;
 use std::time::{Duration, Instant};
 
-/// Samples per frame and the sample rate of `response_format: pcm` (80 ms at 24 kHz).
-const FRAME_SAMPLES: usize = 1920;
-const SAMPLE_RATE: f64 = 24_000.0;
+/// The PCM the model sends, as /v1/models describes it.
+struct Pcm {
+    sample_rate: f64,
+    samples_per_frame: f64,
+}
 
 #[derive(clap::Args)]
 pub struct LoadArgs {
@@ -21,7 +23,11 @@ pub struct LoadArgs {
     /// Requests each client sends, one after another.
     #[arg(long, default_value_t = 2)]
     requests: usize,
-    /// Frames per request (80 ms each); the server stops there unless the model ends first.
+    /// The model to request (an id or alias that /v1/models lists).
+    #[arg(long, default_value = "tts-1")]
+    model: String,
+    /// Frames per request (80 ms each for Voxtral); the server stops there unless the model
+    /// ends first.
     #[arg(long, default_value_t = 24)]
     max_frames: usize,
     #[arg(long, default_value = "alloy")]
@@ -72,8 +78,9 @@ pub fn run(args: LoadArgs) -> Result<()> {
             args.url
         );
     }
+    let pcm = pcm_of(&agent, &args)?;
     // Warm-up: the first request pays one-time allocations.
-    stream_one(&agent, &args).context("warm-up request")?;
+    stream_one(&agent, &args, &pcm).context("warm-up request")?;
     if !args.json {
         println!(
             "{:>7} {:>8} {:>6} {:>7} {:>8} {:>9} {:>6} {:>10} {:>10}",
@@ -89,7 +96,7 @@ pub fn run(args: LoadArgs) -> Result<()> {
         );
     }
     for &clients in &args.clients {
-        let report = run_clients(&agent, &args, clients);
+        let report = run_clients(&agent, &args, &pcm, clients);
         if args.json {
             println!("{}", serde_json::to_string(&report)?);
         } else {
@@ -110,14 +117,41 @@ pub fn run(args: LoadArgs) -> Result<()> {
     Ok(())
 }
 
-fn run_clients(agent: &ureq::Agent, args: &LoadArgs, clients: usize) -> Report {
+/// The rate and frame size of `args.model` (an alias entry names its model as `parent`).
+fn pcm_of(agent: &ureq::Agent, args: &LoadArgs) -> Result<Pcm> {
+    let mut request = agent.get(&format!("{}/v1/models", args.url));
+    if let Some(key) = &args.api_key {
+        request = request.set("Authorization", &format!("Bearer {key}"));
+    }
+    let list: serde_json::Value = request.call()?.into_json()?;
+    let models = list["data"].as_array().context("/v1/models has no data")?;
+    let find = |id: &str| models.iter().find(|m| m["id"] == id);
+    let entry = find(&args.model)
+        .with_context(|| format!("the server does not list the model {:?}", args.model))?;
+    let model = match entry["parent"].as_str() {
+        Some(parent) => find(parent).context("an alias without its model")?,
+        None => entry,
+    };
+    let capabilities = &model["capabilities"];
+    let number = |key: &str| {
+        capabilities[key]
+            .as_f64()
+            .with_context(|| format!("/v1/models gives no capabilities.{key} for {}", model["id"]))
+    };
+    Ok(Pcm {
+        sample_rate: number("sample_rate")?,
+        samples_per_frame: number("samples_per_frame")?,
+    })
+}
+
+fn run_clients(agent: &ureq::Agent, args: &LoadArgs, pcm: &Pcm, clients: usize) -> Report {
     let started = Instant::now();
     let results: Vec<Result<Sample>> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..clients)
             .map(|_| {
                 scope.spawn(|| {
                     (0..args.requests)
-                        .map(|_| stream_one(agent, args))
+                        .map(|_| stream_one(agent, args, pcm))
                         .collect::<Vec<_>>()
                 })
             })
@@ -142,7 +176,7 @@ fn run_clients(agent: &ureq::Agent, args: &LoadArgs, clients: usize) -> Report {
     let frames: f64 = samples.iter().map(|s| s.frames).sum();
     let rtf = samples
         .iter()
-        .map(|s| s.total.as_secs_f64() / (s.frames * FRAME_SAMPLES as f64 / SAMPLE_RATE))
+        .map(|s| s.total.as_secs_f64() / (s.frames * pcm.samples_per_frame / pcm.sample_rate))
         .sum::<f64>()
         / samples.len().max(1) as f64;
     let mut ttfa: Vec<f64> = samples
@@ -173,9 +207,9 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// One streamed PCM request: time to the first audio bytes, time to the last, frames.
-fn stream_one(agent: &ureq::Agent, args: &LoadArgs) -> Result<Sample> {
+fn stream_one(agent: &ureq::Agent, args: &LoadArgs, pcm: &Pcm) -> Result<Sample> {
     let body = json!({
-        "model": "tts-1", "input": args.input, "voice": args.voice,
+        "model": args.model, "input": args.input, "voice": args.voice,
         "response_format": "pcm", "stream_format": "audio", "max_frames": args.max_frames,
     });
     let mut request = agent
@@ -208,7 +242,7 @@ fn stream_one(agent: &ureq::Agent, args: &LoadArgs) -> Result<Sample> {
     Ok(Sample {
         first_audio,
         total: started.elapsed(),
-        frames: bytes as f64 / 2.0 / FRAME_SAMPLES as f64,
+        frames: bytes as f64 / 2.0 / pcm.samples_per_frame,
     })
 }
 

@@ -49,6 +49,8 @@ pub struct Capabilities {
     languages: Vec<String>,
     /// Of the PCM it produces (before any encoding).
     sample_rate: u32,
+    /// Samples per generated frame: the unit of `max_frames` and of usage's output tokens.
+    samples_per_frame: usize,
 }
 
 /// Each served model, then OpenAI's names for the default (first) one.
@@ -72,6 +74,7 @@ fn models(app: &AppState) -> Vec<Model> {
                     instructions: m.card.instructions,
                     languages: m.card.languages.clone(),
                     sample_rate: m.card.sample_rate,
+                    samples_per_frame: m.card.samples_per_frame,
                 }),
                 aliases: if i == 0 {
                     OPENAI_MODEL_ALIASES.to_vec()
