@@ -170,13 +170,26 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
         step / frame_ms
     );
     let (backbone_bytes, flow_bytes) = weight_bytes_per_frame(&model.config, args.dtype);
-    let (copy, read) = (copy_bandwidth(threads), read_bandwidth(threads));
-    println!(
-        "bandwidth  {:.1} GB/s large copy (bytes read + written), {:.1} GB/s large read; {threads} threads",
-        copy / 1e9,
-        read / 1e9
-    );
-    for (name, bandwidth) in [("copy", copy), ("read", read)] {
+    // The weights live where the model runs: an accelerator's own memory, or the host's.
+    let floors = match T::device_copy_bandwidth(device) {
+        Some(copy) => {
+            println!(
+                "bandwidth  {:.1} GB/s large copy on {device:?} (bytes read + written)",
+                copy / 1e9
+            );
+            vec![("copy", copy)]
+        }
+        None => {
+            let (copy, read) = (copy_bandwidth(threads), read_bandwidth(threads));
+            println!(
+                "bandwidth  {:.1} GB/s large copy (bytes read + written), {:.1} GB/s large read; {threads} threads",
+                copy / 1e9,
+                read / 1e9
+            );
+            vec![("copy", copy), ("read", read)]
+        }
+    };
+    for (name, bandwidth) in floors {
         let floor = |bytes: f64| bytes / bandwidth * 1e3;
         println!(
             "floor/{name} backbone {:.1} ms ({:.2} GB), flow head {:.1} ms ({:.2} GB): measured/floor {:.2}x and {:.2}x",

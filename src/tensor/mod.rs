@@ -96,6 +96,11 @@ pub trait Tensor: Clone + Sized {
     fn zeros(device: &Self::Device, shape: &[usize], dtype: DType) -> Self;
     /// Whether `device` is the host CPU.
     fn is_cpu(device: &Self::Device) -> bool;
+    /// An accelerator's own large-copy bandwidth (bytes read + written per second), for
+    /// benchmarks; `None` on the host CPU, or where the backend cannot time its device.
+    fn device_copy_bandwidth(_device: &Self::Device) -> Option<f64> {
+        None
+    }
 
     fn shape(&self) -> Vec<usize>;
     fn dtype(&self) -> DType;

@@ -184,6 +184,28 @@ impl Tensor for TchTensor {
         *device == Device::Cpu
     }
 
+    /// A 1 GiB copy on a CUDA device, timed between synchronizations; the best of 5.
+    fn device_copy_bandwidth(device: &Device) -> Option<f64> {
+        let Device::Cuda(index) = *device else {
+            return None;
+        };
+        let sync = || tch::Cuda::synchronize(index as i64);
+        let bytes = 1i64 << 30;
+        let src = tch::Tensor::ones([bytes], (Kind::Uint8, *device));
+        let mut dst = tch::Tensor::empty([bytes], (Kind::Uint8, *device));
+        dst.copy_(&src);
+        sync();
+        let best = (0..5)
+            .map(|_| {
+                let started = std::time::Instant::now();
+                dst.copy_(&src);
+                sync();
+                started.elapsed()
+            })
+            .min()?;
+        Some(2.0 * bytes as f64 / best.as_secs_f64())
+    }
+
     fn shape(&self) -> Vec<usize> {
         self.0.size().iter().map(|&d| d as usize).collect()
     }
