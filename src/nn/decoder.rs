@@ -120,6 +120,9 @@ impl<T: Tensor> Decoder<T> {
                 c.capacity
             );
         }
+        // A chunk after the first (one row) needs an offset causal mask: the same in every layer.
+        let start = caches[0].len;
+        let mask = (start > 0 && len > 1).then(|| self.chunk_mask(start, len, x.dtype()));
         let mut h = x.clone();
         for (i, layer) in self.layers.iter().enumerate() {
             let a = &layer.attention;
@@ -139,13 +142,9 @@ impl<T: Tensor> Decoder<T> {
                     cache.values[i].write_at(2, start, &v.narrow(0, r, 1));
                     let keys = cache.keys[i].narrow(2, 0, start + len);
                     let values = cache.values[i].narrow(2, 0, start + len);
-                    if start == 0 || len == 1 {
-                        // A single new token sees all; a prompt from 0 is plainly causal.
-                        T::attention(&q, &keys, &values, None, len > 1, a.scale())
-                    } else {
-                        let mask = self.chunk_mask(start, len, q.dtype());
-                        T::attention(&q, &keys, &values, Some(&mask), false, a.scale())
-                    }
+                    // A single new token sees all; a prompt from 0 is plainly causal.
+                    let causal = mask.is_none() && len > 1;
+                    T::attention(&q, &keys, &values, mask.as_ref(), causal, a.scale())
                 })
                 .collect();
             let out = if rows == 1 {
