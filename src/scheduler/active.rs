@@ -44,6 +44,7 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
     pub fn start(
         engine: &'m E,
         model: &'m str,
+        sample_rate: u32,
         job: SpeechJob,
         streaming: &StreamSettings,
     ) -> Result<Self, Box<(SpeechJob, EngineError)>> {
@@ -55,7 +56,6 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
             Ok(session) => session,
             Err(e) => return Err(Box::new((job, e))),
         };
-        let sample_rate = engine.card().sample_rate;
         let mut joiner = SegmentJoiner::new(fade_samples(sample_rate));
         joiner.begin_segment();
         Ok(ActiveJob {

@@ -182,6 +182,7 @@ impl WithEngine for Serving<'_> {
         };
         audio::check_sample_rate(card.sample_rate)
             .map_err(|e| format!("the model's output cannot be encoded: {e}"))?;
+        let sample_rate = card.sample_rate;
         tracing::info!(family = card.family, voices = card.voices.len(), device = %card.device, "model loaded");
         self.state
             .send_replace(EngineState::Ready(Arc::new(LoadedModel {
@@ -192,6 +193,7 @@ impl WithEngine for Serving<'_> {
             .set(1.0);
         Batcher {
             engine: &engine,
+            sample_rate,
             settings: self.settings,
             active: Vec::new(),
             waiting: None,
@@ -217,6 +219,8 @@ fn describe_device<T: Tensor>(device: &T::Device) -> String {
 /// allow, and ended ones leave.
 struct Batcher<'m, E: TextToSpeech> {
     engine: &'m E,
+    /// Of the engine's PCM (its card's).
+    sample_rate: u32,
     settings: &'m WorkerSettings,
     active: Vec<ActiveJob<'m, E>>,
     /// A job taken off the queue that waits for memory; admitted before any other.
@@ -285,7 +289,7 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
             let engine = self.engine;
             let streaming = &self.settings.streaming;
             let started = catch_unwind(AssertUnwindSafe(|| {
-                ActiveJob::start(engine, model, job, streaming)
+                ActiveJob::start(engine, model, self.sample_rate, job, streaming)
             }));
             match started {
                 Ok(Ok(job)) => self.active.push(job),
