@@ -6,12 +6,12 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use voxtral_tts::engine::ModelCard;
+use voxtral_tts::models::voxtral_tts::catalog::example_card;
 use voxtral_tts::server::parse_speech_body;
 use voxtral_tts::testmodel::PRESET_VOICES;
 
 fuzz_target!(|data: &[u8]| {
-    let model = ModelCard::example(&PRESET_VOICES);
+    let model = example_card(&PRESET_VOICES);
     // The server default, and a small limit so the "too long" path is reached too.
     for max_input_chars in [4096, 8] {
         match parse_speech_body(data, max_input_chars, &model) {

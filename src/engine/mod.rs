@@ -69,28 +69,6 @@ pub struct VoiceInfo {
     pub gender: Option<&'static str>,
 }
 
-impl ModelCard {
-    /// A card with these presets, described and aliased as Voxtral TTS does, with its rates:
-    /// for tests and fuzz targets that check requests without loading a model.
-    pub fn example(voices: &[&str]) -> ModelCard {
-        use crate::models::voxtral_tts::catalog;
-        ModelCard {
-            family: "voxtral-tts",
-            owned_by: "mistralai",
-            homepage: "https://huggingface.co/mistralai/Voxtral-4B-TTS-2603",
-            voices: voices.iter().map(|v| catalog::voice_info(v)).collect(),
-            voice_aliases: &catalog::OPENAI_VOICES,
-            languages: vec!["en".into()],
-            cloning: false,
-            instructions: false,
-            sample_rate: 24_000,
-            samples_per_frame: 1920,
-            max_frames: 2048,
-            device: "Cpu".into(),
-        }
-    }
-}
-
 /// The request-path half of a family: no tensors, safe to call from any thread.
 pub trait SpeechPreparer: Send + Sync {
     /// The prompt token ids of one segment of (already normalized) text spoken by `voice`, a

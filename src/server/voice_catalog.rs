@@ -65,15 +65,12 @@ pub fn unknown_voice_message(requested: &str, card: &ModelCard) -> String {
 #[cfg(all(test, feature = "testmodel"))]
 mod tests {
     use super::*;
+    use crate::models::voxtral_tts::catalog::example_card;
     use crate::testmodel::PRESET_VOICES;
-
-    fn card(voices: &[&str]) -> ModelCard {
-        ModelCard::example(voices)
-    }
 
     #[test]
     fn resolves_presets_and_aliases_case_insensitively() {
-        let all = card(&PRESET_VOICES);
+        let all = example_card(&PRESET_VOICES);
         assert_eq!(resolve("alloy", &all), Some("neutral_female"));
         assert_eq!(resolve("Onyx", &all), Some("neutral_male"));
         assert_eq!(resolve("fr_female", &all), Some("fr_female"));
@@ -85,7 +82,7 @@ mod tests {
 
     #[test]
     fn unknown_voice_messages_list_only_names_that_work() {
-        let message = unknown_voice_message("robot", &card(&PRESET_VOICES));
+        let message = unknown_voice_message("robot", &example_card(&PRESET_VOICES));
         assert!(
             message.starts_with("Unknown voice 'robot'. Use a preset (casual_female, "),
             "{message}"
@@ -93,15 +90,15 @@ mod tests {
         assert!(message.contains("(alloy, ash,"), "{message}");
 
         // Only the French presets: no OpenAI name works, and alloy is not offered.
-        let message = unknown_voice_message("Alloy", &card(&["fr_female", "fr_male"]));
+        let message = unknown_voice_message("Alloy", &example_card(&["fr_female", "fr_male"]));
         assert_eq!(
             message,
             "The OpenAI voice 'alloy' selects the preset 'neutral_female', which this model \
              folder does not have. Use a preset (fr_female, fr_male)."
         );
         // One English preset: only its names are offered.
-        let message = unknown_voice_message("nova", &card(&["fr_male", "neutral_male"]));
+        let message = unknown_voice_message("nova", &example_card(&["fr_male", "neutral_male"]));
         assert!(message.ends_with("(echo, onyx, cedar)."), "{message}");
-        assert!(unknown_voice_message("x", &card(&[])).ends_with("has no preset voices."));
+        assert!(unknown_voice_message("x", &example_card(&[])).ends_with("has no preset voices."));
     }
 }

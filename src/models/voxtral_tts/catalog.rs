@@ -5,7 +5,8 @@
 //! to female presets and male names to male ones, the calm ones to `neutral_*`, the bright
 //! ones to `cheerful_female` and the conversational ones to `casual_*`.
 
-use crate::engine::VoiceInfo;
+use super::DEFAULT_MAX_FRAMES;
+use crate::engine::{ModelCard, VoiceInfo};
 
 /// (OpenAI voice, preset), in OpenAI's documentation order.
 pub const OPENAI_VOICES: [(&str, &str); 13] = [
@@ -63,6 +64,34 @@ pub fn preset_info(name: &str) -> Option<PresetInfo> {
         language_name,
         gender,
     })
+}
+
+/// Voxtral TTS's card, for a folder with these presets.
+pub fn card<'a>(
+    voices: impl Iterator<Item = &'a str>,
+    sample_rate: u32,
+    samples_per_frame: usize,
+) -> ModelCard {
+    ModelCard {
+        family: "voxtral-tts",
+        owned_by: "mistralai",
+        homepage: "https://huggingface.co/mistralai/Voxtral-4B-TTS-2603",
+        voices: voices.map(voice_info).collect(),
+        voice_aliases: &OPENAI_VOICES,
+        languages: LANGUAGES.iter().map(|(code, _)| code.to_string()).collect(),
+        cloning: false,
+        instructions: false,
+        sample_rate,
+        samples_per_frame,
+        max_frames: DEFAULT_MAX_FRAMES,
+        device: String::new(),
+    }
+}
+
+/// The card of a folder with these presets at the published rates (24 kHz, 1920 samples per
+/// frame), for tests and fuzz targets that check requests without loading a model.
+pub fn example_card(voices: &[&str]) -> ModelCard {
+    card(voices.iter().copied(), 24_000, 1920)
 }
 
 /// The card's description of a preset.

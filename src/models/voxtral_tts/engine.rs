@@ -1,14 +1,11 @@
 //! Voxtral TTS behind the engine interface (`crate::engine`).
 
-use super::{catalog, Generation, Noise, SynthError, Voxtral, DEFAULT_MAX_FRAMES};
+use super::{catalog, Generation, Noise, SynthError, Voxtral};
 use crate::engine::{
     EngineError, ModelCard, PreparedSpeech, SpeechPreparer, SpeechSession, StopReason, TextToSpeech,
 };
 use crate::tensor::Tensor;
 use std::sync::Arc;
-
-/// The languages of the published presets (BCP 47).
-const LANGUAGES: [&str; 9] = ["en", "fr", "es", "de", "it", "pt", "nl", "ar", "hi"];
 
 impl From<SynthError> for EngineError {
     fn from(e: SynthError) -> Self {
@@ -37,20 +34,7 @@ impl<T: Tensor> TextToSpeech for Voxtral<T> {
         T: 'm;
 
     fn card(&self) -> ModelCard {
-        ModelCard {
-            family: "voxtral-tts",
-            owned_by: "mistralai",
-            homepage: "https://huggingface.co/mistralai/Voxtral-4B-TTS-2603",
-            voices: self.voices().map(catalog::voice_info).collect(),
-            voice_aliases: &catalog::OPENAI_VOICES,
-            languages: LANGUAGES.map(String::from).to_vec(),
-            cloning: false,
-            instructions: false,
-            sample_rate: self.sample_rate(),
-            samples_per_frame: self.samples_per_frame(),
-            max_frames: DEFAULT_MAX_FRAMES,
-            device: String::new(),
-        }
+        catalog::card(self.voices(), self.sample_rate(), self.samples_per_frame())
     }
 
     fn preparer(&self) -> Arc<dyn SpeechPreparer> {

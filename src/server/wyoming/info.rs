@@ -63,11 +63,12 @@ pub fn default_voice<'a>(model: &'a ModelCard, language: Option<&str>) -> Option
 #[cfg(all(test, feature = "testmodel"))]
 mod tests {
     use super::*;
+    use crate::models::voxtral_tts::catalog::example_card;
     use crate::testmodel::PRESET_VOICES;
 
     #[test]
     fn every_preset_is_a_voice_with_its_language() {
-        let model = ModelCard::example(&["fr_male", "robot"]);
+        let model = example_card(&["fr_male", "robot"]);
         let info = info(&model, "voxtral");
         let tts = &info["tts"][0];
         assert_eq!(tts["supports_synthesize_streaming"], true);
@@ -78,12 +79,12 @@ mod tests {
 
     #[test]
     fn default_voices() {
-        let all = ModelCard::example(&PRESET_VOICES);
+        let all = example_card(&PRESET_VOICES);
         assert_eq!(default_voice(&all, None), Some("neutral_female"));
         assert_eq!(default_voice(&all, Some("de-DE")), Some("de_male"));
         assert_eq!(default_voice(&all, Some("ja")), Some("neutral_female"));
-        let french = ModelCard::example(&["fr_male"]);
+        let french = example_card(&["fr_male"]);
         assert_eq!(default_voice(&french, Some("en")), Some("fr_male"));
-        assert_eq!(default_voice(&ModelCard::example(&[]), None), None);
+        assert_eq!(default_voice(&example_card(&[]), None), None);
     }
 }

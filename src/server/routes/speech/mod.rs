@@ -275,10 +275,11 @@ async fn collect_audio(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::models::voxtral_tts::catalog::example_card;
 
     #[test]
     fn parse_speech_body_statuses() {
-        let model = ModelCard::example(&["fr_male"]);
+        let model = example_card(&["fr_male"]);
         let ok = br#"{"model": "tts-1", "input": "Salut", "voice": "fr_male", "seed": 3}"#;
         let speech = parse_speech_body(ok, 10, &model).unwrap();
         assert_eq!((speech.seed, speech.voice.as_str()), (3, "fr_male"));

@@ -179,12 +179,13 @@ impl Speech {
 #[cfg(all(test, feature = "testmodel"))]
 mod tests {
     use super::*;
+    use crate::models::voxtral_tts::catalog::example_card;
     use crate::testmodel::PRESET_VOICES;
     use axum::http::StatusCode;
     use serde_json::json;
 
     fn model() -> ModelCard {
-        ModelCard::example(&PRESET_VOICES)
+        example_card(&PRESET_VOICES)
     }
 
     fn validate(body: serde_json::Value) -> Result<Speech, ApiError> {
