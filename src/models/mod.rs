@@ -1,5 +1,6 @@
 //! One folder per model family, each loading its published folder and implementing the
-//! engine interface (`crate::engine`); [`Family::detect`] tells which family a folder holds.
+//! engine interface (`crate::engine`); [`load_tts`] tells which family a folder holds from its
+//! configuration file.
 //!
 //! Adding a family: a folder here with its config structs, its model written against
 //! `crate::tensor::Tensor` from the layers in `crate::nn`, a `TextToSpeech` (and
@@ -23,16 +24,8 @@ pub enum Family {
     VoxtralTts,
 }
 
-impl Family {
-    /// The family of the model in `dir`, from its configuration file. Folders of families
-    /// that are known but not served yet, and folders of no known family, get an error that
-    /// says which.
-    pub fn detect(dir: &Path) -> Result<Family, LoadError> {
-        Ok(FolderConfig::read(dir)?.family)
-    }
-}
-
-/// A model folder's configuration file, read once (it may be slow storage, or a pipe).
+/// A model folder's configuration file and the family it names, read once (the folder may be
+/// on slow storage, or the file a pipe).
 struct FolderConfig {
     family: Family,
     /// The file's text.
@@ -41,6 +34,8 @@ struct FolderConfig {
 }
 
 impl FolderConfig {
+    /// Folders of families that are known but not served yet, and folders of no known family,
+    /// get an error that says which.
     fn read(dir: &Path) -> Result<FolderConfig, LoadError> {
         let params = dir.join("params.json");
         let config = dir.join("config.json");
@@ -132,16 +127,18 @@ mod tests {
         dir
     }
 
+    fn family(dir: &Path) -> Result<Family, LoadError> {
+        FolderConfig::read(dir).map(|config| config.family)
+    }
+
     fn error(files: &[(&str, &str)]) -> String {
-        Family::detect(folder(files).path())
-            .unwrap_err()
-            .to_string()
+        family(folder(files).path()).unwrap_err().to_string()
     }
 
     #[test]
     fn detects_each_family_or_says_why_not() {
         let tts = folder(&[("params.json", r#"{"multimodal": {"audio_model_args": {}}}"#)]);
-        assert_eq!(Family::detect(tts.path()).unwrap(), Family::VoxtralTts);
+        assert_eq!(family(tts.path()).unwrap(), Family::VoxtralTts);
         let stt = error(&[(
             "params.json",
             r#"{"multimodal": {"whisper_model_args": {}}}"#,
