@@ -549,12 +549,7 @@ fn models_health_docs_and_the_committed_openapi_document() {
     assert_eq!(server.get("/ready").json(), json!({"status": "ready"}));
     let models = server.get("/v1/models").json();
     assert_eq!(models["object"], "list");
-    let ids: Vec<&str> = models["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].as_str().unwrap())
-        .collect();
+    let ids = model_ids(&models);
     assert_eq!(
         ids,
         ["voxtral-test", "tts-1", "tts-1-hd", "gpt-4o-mini-tts"]
@@ -868,12 +863,7 @@ fn several_models_are_served_by_id_and_an_unknown_model_is_404() {
     );
     server.wait_ready();
     let models = server.get("/v1/models").json();
-    let ids: Vec<&str> = models["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].as_str().unwrap())
-        .collect();
+    let ids = model_ids(&models);
     assert_eq!(ids, ["main", "odd", "tts-1", "tts-1-hd", "gpt-4o-mini-tts"]);
     let (main, second) = (&models["data"][0], &models["data"][1]);
     assert_eq!(
@@ -959,4 +949,14 @@ fn synth_on_the_command_line_gives_the_server_s_audio() {
         .speech(json!({"model": "tts-1", "input": "** **", "voice": "alloy"}))
         .error(400);
     assert_eq!(param.as_deref(), Some("input"));
+}
+
+/// The ids a /v1/models answer lists, in order.
+fn model_ids(models: &Value) -> Vec<&str> {
+    models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect()
 }

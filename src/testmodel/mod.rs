@@ -8,6 +8,8 @@
 
 mod tekken;
 
+#[cfg(test)]
+pub(crate) use tekken::generated as generated_tekken;
 pub use tekken::write_test_tekken;
 
 use crate::models::voxtral_tts::params::{Config, ModelArgs};

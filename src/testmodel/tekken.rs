@@ -236,27 +236,36 @@ pub fn write_test_tekken(
     std::fs::write(path, json)
 }
 
+/// The voices of [`generated`]'s file.
+#[cfg(test)]
+pub(crate) fn test_voices() -> BTreeMap<String, usize> {
+    [("casual_male", 147), ("neutral_female", 67)]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+}
+
+/// A generated tekken.json with `num_merges` merges in a temporary folder, and its tokenizer
+/// (tests of the generator and of the tokenizer).
+#[cfg(test)]
+pub(crate) fn generated(
+    num_merges: usize,
+) -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    crate::tokenizers::tekken::Tekken,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tekken.json");
+    write_test_tekken(&path, num_merges, &test_voices()).unwrap();
+    let tok = crate::tokenizers::tekken::Tekken::from_file(&path).unwrap();
+    (dir, path, tok)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokenizers::tekken::Tekken;
     use serde_json::Value;
-    use std::path::PathBuf;
-
-    fn voices() -> BTreeMap<String, usize> {
-        [("casual_male", 147), ("neutral_female", 67)]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect()
-    }
-
-    fn generated(num_merges: usize) -> (tempfile::TempDir, PathBuf, Tekken) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("tekken.json");
-        write_test_tekken(&path, num_merges, &voices()).unwrap();
-        let tok = Tekken::from_file(&path).unwrap();
-        (dir, path, tok)
-    }
 
     #[test]
     fn generated_file_layout() {
@@ -264,7 +273,7 @@ mod tests {
             let (_dir, path, tok) = generated(num_merges);
             assert_eq!(tok.vocab_size(), 1000 + 256 + num_merges);
             assert_eq!(tok.num_special_tokens(), 1000);
-            assert_eq!(tok.voice_num_audio_tokens(), &voices());
+            assert_eq!(tok.voice_num_audio_tokens(), &test_voices());
             for (name, id) in [
                 ("<unk>", 0),
                 ("<s>", 1),

@@ -673,7 +673,7 @@ impl Loader<'_> {
 mod tests {
     use super::*;
     #[cfg(feature = "testmodel")]
-    use crate::testmodel::write_test_tekken;
+    use crate::testmodel::generated_tekken as generated;
     #[cfg(feature = "testmodel")]
     use rand::{Rng as _, SeedableRng as _};
     use std::path::PathBuf;
@@ -698,23 +698,6 @@ mod tests {
                 )
             })
         })
-    }
-
-    #[cfg(feature = "testmodel")]
-    fn voices() -> BTreeMap<String, usize> {
-        [("casual_male", 147), ("neutral_female", 67)]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect()
-    }
-
-    #[cfg(feature = "testmodel")]
-    fn generated(num_merges: usize) -> (tempfile::TempDir, PathBuf, Tekken) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("tekken.json");
-        write_test_tekken(&path, num_merges, &voices()).unwrap();
-        let tok = Tekken::from_file(&path).unwrap();
-        (dir, path, tok)
     }
 
     #[cfg(feature = "testmodel")]

@@ -214,6 +214,7 @@ mod tests {
     use crate::engine::StopReason;
     use crate::scheduler::JobError;
     use axum::response::IntoResponse;
+    use serde_json::Value;
     use std::time::Duration;
 
     fn streamer(events: UnboundedReceiver<JobEvent>) -> Streamer {
@@ -243,7 +244,7 @@ mod tests {
         tx.send(JobEvent::Failed(JobError::Panicked("boom".into())))
             .unwrap();
         let response = sse(streamer(rx)).into_response();
-        assert_eq!(response.headers()["content-type"], mime_event_stream());
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
         let text = body_text(response.into_body()).await.unwrap();
         let events: Vec<&str> = text.split_terminator("\n\n").collect();
         assert_eq!(events.len(), 2, "{text}");
@@ -253,12 +254,6 @@ mod tests {
         assert_eq!(error["error"]["type"], "server_error");
         assert!(error["error"]["message"].as_str().unwrap().contains("boom"));
     }
-
-    fn mime_event_stream() -> &'static str {
-        "text/event-stream"
-    }
-
-    use serde_json::Value;
 
     #[tokio::test]
     async fn an_error_after_audio_cuts_a_raw_stream_and_done_ends_it() {
