@@ -2,8 +2,8 @@
 //! session of the current one, and how much of its audio has gone out.
 
 use super::job::{JobEvent, JobSummary, SegmentCodes, SpeechJob};
-use super::metric_names;
 use super::worker::StreamSettings;
+use super::ModelMetrics;
 use crate::audio::join::{fade_samples, SegmentJoiner};
 use crate::engine::{EngineError, SpeechSession, StopReason, TextToSpeech};
 use std::time::Instant;
@@ -19,8 +19,7 @@ pub(super) enum Ended {
 
 pub(super) struct ActiveJob<'m, E: TextToSpeech + 'm> {
     pub job: SpeechJob,
-    /// The `model` label of its metrics.
-    model: &'m str,
+    metrics: &'m ModelMetrics,
     segment: usize,
     session: E::Session<'m>,
     /// Frames of the current segment already counted / already decoded and sent.
@@ -43,7 +42,7 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
     /// Prefills the first segment. The caller has sent nothing for this job yet.
     pub fn start(
         engine: &'m E,
-        model: &'m str,
+        metrics: &'m ModelMetrics,
         sample_rate: u32,
         job: SpeechJob,
         streaming: &StreamSettings,
@@ -61,7 +60,7 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
         Ok(ActiveJob {
             prompt_tokens: session.prompt_ids().len(),
             job,
-            model,
+            metrics,
             segment: 0,
             session,
             seen: 0,
@@ -91,8 +90,7 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
         let frames = self.session.codes().len();
         if frames > self.seen {
             self.frames += frames - self.seen;
-            metrics::counter!(metric_names::FRAMES, "model" => self.model.to_string())
-                .increment((frames - self.seen) as u64);
+            self.metrics.frames.increment((frames - self.seen) as u64);
             self.seen = frames;
             if self.job.events.is_closed() {
                 return Ok(Some(Ended::Cancelled {
@@ -156,11 +154,10 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
         self.send(tail);
         let synthesis_time = self.started.elapsed();
         let audio_seconds = self.samples as f64 / f64::from(self.sample_rate);
-        let model = self.model.to_string();
-        metrics::histogram!(metric_names::AUDIO_SECONDS, "model" => model.clone())
-            .record(audio_seconds);
+        self.metrics.audio_seconds.record(audio_seconds);
         if audio_seconds > 0.0 {
-            metrics::histogram!(metric_names::REAL_TIME_FACTOR, "model" => model)
+            self.metrics
+                .real_time_factor
                 .record(synthesis_time.as_secs_f64() / audio_seconds);
         }
         Ended::Completed(JobSummary {

@@ -3,8 +3,8 @@
 
 use super::active::{ActiveJob, Ended};
 use super::job::{JobError, JobEvent, SpeechJob};
-use super::metric_names;
 use super::queue::JobQueue;
+use super::{metric_names, ModelMetrics};
 use crate::audio;
 use crate::device::{DeviceChoice, OnBackend};
 use crate::engine::{EngineOptions, ModelCard, SpeechPreparer, TextToSpeech, WithEngine};
@@ -194,6 +194,7 @@ impl WithEngine for Serving<'_> {
         Batcher {
             engine: &engine,
             sample_rate,
+            metrics: &ModelMetrics::new(&self.settings.model_id),
             settings: self.settings,
             active: Vec::new(),
             waiting: None,
@@ -221,6 +222,7 @@ struct Batcher<'m, E: TextToSpeech> {
     engine: &'m E,
     /// Of the engine's PCM (its card's).
     sample_rate: u32,
+    metrics: &'m ModelMetrics,
     settings: &'m WorkerSettings,
     active: Vec<ActiveJob<'m, E>>,
     /// A job taken off the queue that waits for memory; admitted before any other.
@@ -241,11 +243,8 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
     }
 
     fn record_gauges(&self) {
-        let model = self.settings.model_id.clone();
-        metrics::gauge!(metric_names::BATCH_SIZE, "model" => model.clone())
-            .set(self.active.len() as f64);
-        metrics::gauge!(metric_names::KV_RESERVED_BYTES, "model" => model)
-            .set(self.reserved() as f64);
+        self.metrics.batch_size.set(self.active.len() as f64);
+        self.metrics.kv_reserved.set(self.reserved() as f64);
     }
 
     fn reserved(&self) -> usize {
@@ -255,8 +254,7 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
     /// Admits queued jobs between steps; waits for one when nothing runs. False once the
     /// queue is closed and nothing is left to run.
     fn admit(&mut self, jobs: &mut mpsc::Receiver<SpeechJob>) -> bool {
-        let settings = self.settings;
-        let (batching, model) = (&settings.batching, settings.model_id.as_str());
+        let (batching, metrics) = (&self.settings.batching, self.metrics);
         while self.active.len() < batching.max_batch_size.max(1) {
             let job = match self.waiting.take() {
                 Some(job) => job,
@@ -270,7 +268,7 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
                 },
             };
             if job.events.is_closed() {
-                count_outcome(model, "cancelled");
+                metrics.job("cancelled");
                 continue;
             }
             let bytes = job.speech.session_bytes;
@@ -289,16 +287,16 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
             let engine = self.engine;
             let streaming = &self.settings.streaming;
             let started = catch_unwind(AssertUnwindSafe(|| {
-                ActiveJob::start(engine, model, self.sample_rate, job, streaming)
+                ActiveJob::start(engine, metrics, self.sample_rate, job, streaming)
             }));
             match started {
                 Ok(Ok(job)) => self.active.push(job),
                 Ok(Err(failed)) => {
                     let (job, e) = *failed;
-                    fail(model, &job, JobError::Engine(e), "failed");
+                    fail(metrics, &job, JobError::Engine(e), "failed");
                 }
                 Err(panic) => {
-                    count_outcome(model, "panicked");
+                    metrics.job("panicked");
                     tracing::error!(message = %panic_message(&*panic), "prefill panicked");
                 }
             }
@@ -312,9 +310,7 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
         if self.active.is_empty() {
             return;
         }
-        let engine = self.engine;
-        let settings = self.settings;
-        let model = settings.model_id.as_str();
+        let (engine, metrics) = (self.engine, self.metrics);
         let stepped = catch_unwind(AssertUnwindSafe(|| {
             let mut batch: Vec<_> = self.active.iter_mut().map(|a| a.session()).collect();
             engine.step(&mut batch);
@@ -326,7 +322,7 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
             tracing::error!(%message, jobs = self.active.len(), "batch step panicked");
             for active in self.active.drain(..) {
                 fail(
-                    model,
+                    metrics,
                     &active.job,
                     JobError::Panicked(message.clone()),
                     "panicked",
@@ -349,18 +345,23 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
             match result {
                 Ok(Ok(None)) => running.push(active),
                 Ok(Ok(Some(Ended::Completed(summary)))) => {
-                    count_outcome(model, "completed");
+                    metrics.job("completed");
                     let _ = active.job.events.send(JobEvent::Done(summary));
                 }
                 Ok(Ok(Some(Ended::Cancelled { frames }))) => {
-                    count_outcome(model, "cancelled");
+                    metrics.job("cancelled");
                     tracing::info!(frames, "client gone: job stopped");
                 }
-                Ok(Err(e)) => fail(model, &active.job, JobError::Engine(e), "failed"),
+                Ok(Err(e)) => fail(metrics, &active.job, JobError::Engine(e), "failed"),
                 Err(panic) => {
                     let message = panic_message(&*panic);
                     tracing::error!(%message, "inference job panicked; the worker continues");
-                    fail(model, &active.job, JobError::Panicked(message), "panicked");
+                    fail(
+                        metrics,
+                        &active.job,
+                        JobError::Panicked(message),
+                        "panicked",
+                    );
                 }
             }
         }
@@ -368,13 +369,8 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
     }
 }
 
-fn count_outcome(model: &str, outcome: &'static str) {
-    metrics::counter!(metric_names::JOBS, "model" => model.to_string(), "outcome" => outcome)
-        .increment(1);
-}
-
-fn fail(model: &str, job: &SpeechJob, error: JobError, outcome: &'static str) {
-    count_outcome(model, outcome);
+fn fail(metrics: &ModelMetrics, job: &SpeechJob, error: JobError, outcome: &'static str) {
+    metrics.job(outcome);
     let _ = job.events.send(JobEvent::Failed(error));
 }
 
