@@ -36,9 +36,9 @@ pub struct ServerConfig {
     /// libtorch CPU threads; 0 = its default.
     pub threads: usize,
     pub queue_capacity: usize,
-    /// Most requests generating together.
+    /// Most requests generating together: the KV pool's slots.
     pub max_batch_size: usize,
-    /// KV-cache memory the running requests may reserve together, in MiB.
+    /// The KV pool's memory in MiB, allocated at start and split evenly between the slots.
     pub kv_cache_budget_mib: usize,
     /// Prompt tokens a new request prefills per step, between the running requests' frames.
     pub prefill_chunk_tokens: usize,

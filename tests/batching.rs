@@ -1,14 +1,13 @@
 //! Batched decode steps: every request in a batch gets exactly what it gets alone, whether it
 //! joins at the start or between steps, and however long the others run; the worker batches
-//! queued jobs that way, within its batch size and KV budget.
+//! queued jobs that way, each in a slot of the model's KV pool.
 
 use std::time::Instant;
 use voxtral_tts::device::DeviceChoice;
 use voxtral_tts::engine::{prepare_speech, EngineOptions, PreparedSpeech, Sampling, SpeechInput};
 use voxtral_tts::models::voxtral_tts::{Generation, Noise, SynthesisRequest, Voxtral};
 use voxtral_tts::scheduler::{
-    start_worker, BatchSettings, EngineState, JobEvent, JobOptions, LoadedModel, StreamSettings,
-    WorkerSettings,
+    start_worker, EngineState, JobEvent, JobOptions, LoadedModel, StreamSettings, WorkerSettings,
 };
 use voxtral_tts::tensor::{tch_backend::TchTensor, DType, Tensor};
 use voxtral_tts::testmodel::{cached_test_model, Preset};
@@ -145,15 +144,11 @@ struct Outcome {
 /// Runs `jobs` through a real inference worker and collects each job's events. The start and
 /// end times are the worker's (submission + time queued, + synthesis time), so they say
 /// which jobs ran together whatever the collecting threads' scheduling.
-fn run_worker(jobs: &[SynthesisRequest], batching: BatchSettings) -> Vec<Outcome> {
-    run_worker_with(jobs, batching, JobOptions::default())
+fn run_worker(jobs: &[SynthesisRequest], slots: usize) -> Vec<Outcome> {
+    run_worker_with(jobs, slots, JobOptions::default())
 }
 
-fn run_worker_with(
-    jobs: &[SynthesisRequest],
-    batching: BatchSettings,
-    options: JobOptions,
-) -> Vec<Outcome> {
+fn run_worker_with(jobs: &[SynthesisRequest], slots: usize, options: JobOptions) -> Vec<Outcome> {
     let settings = WorkerSettings {
         model_id: "tiny".into(),
         model_dir: cached_test_model(Preset::Tiny, 0).unwrap(),
@@ -162,10 +157,11 @@ fn run_worker_with(
         threads: 0,
         panic_on_input: None,
         streaming: StreamSettings::default(),
-        batching,
         // Prompts prefilled 5 tokens a step: jobs join while others still prefill.
         engine: EngineOptions {
             prefill_chunk_tokens: 5,
+            max_sessions: slots,
+            ..EngineOptions::default()
         },
     };
     let (queue, mut state, worker) = start_worker(settings, 16).unwrap();
@@ -250,14 +246,8 @@ fn worker_jobs() -> Vec<SynthesisRequest> {
 #[test]
 fn the_worker_batches_queued_jobs_and_each_gets_what_it_gets_alone() {
     let jobs = worker_jobs();
-    let serial = run_worker(
-        &jobs,
-        BatchSettings {
-            max_batch_size: 1,
-            ..BatchSettings::default()
-        },
-    );
-    let batched = run_worker(&jobs, BatchSettings::default());
+    let serial = run_worker(&jobs, 1);
+    let batched = run_worker(&jobs, 8);
     // One at a time: each job starts after the previous one ended.
     for pair in serial.windows(2) {
         assert!(
@@ -278,30 +268,14 @@ fn the_worker_batches_queued_jobs_and_each_gets_what_it_gets_alone() {
     }
 }
 
+/// Two KV slots: the third job waits in the queue until a running one ends and gives its
+/// slot back, then gets what it gets alone. A job of several segments keeps running in one
+/// slot from segment to segment, with every slot taken.
 #[test]
-fn jobs_beyond_the_kv_budget_wait_for_memory() {
-    let _guard = tch::no_grad_guard();
+fn jobs_beyond_the_free_kv_slots_wait_for_one() {
     let jobs = worker_jobs();
-    let model = Voxtral::<TchTensor>::load(
-        &cached_test_model(Preset::Tiny, 0).unwrap(),
-        &tch::Device::Cpu,
-        DType::F32,
-    )
-    .unwrap();
-    // Room for jobs 0 and 2 (single segments) together, not for a third of any size.
-    let need = |r: &SynthesisRequest| {
-        let prompt = model.prompt_ids(&r.text, &r.voice).unwrap().len();
-        model.kv_cache_bytes(prompt + r.max_frames)
-    };
-    let budget = need(&jobs[0]) + need(&jobs[2]);
-    let order = [jobs[0].clone(), jobs[2].clone(), jobs[3].clone()];
-    let outcomes = run_worker(
-        &order,
-        BatchSettings {
-            max_batch_size: 8,
-            kv_cache_budget_bytes: budget,
-        },
-    );
+    let order = [jobs[0].clone(), jobs[1].clone(), jobs[3].clone()];
+    let outcomes = run_worker(&order, 2);
     let first_done = outcomes[0].done.min(outcomes[1].done);
     assert!(
         outcomes[1].started < first_done,
@@ -309,10 +283,52 @@ fn jobs_beyond_the_kv_budget_wait_for_memory() {
     );
     assert!(
         outcomes[2].started >= first_done,
-        "the third job was admitted beyond the KV budget"
+        "the third job was admitted without a free slot"
     );
-    let alone = run_worker(&order[2..], BatchSettings::default());
-    assert_eq!(outcomes[2].pcm, alone[0].pcm);
+    let alone = run_worker(&order, 1);
+    for (i, (o, a)) in outcomes.iter().zip(&alone).enumerate() {
+        assert_eq!(o.pcm, a.pcm, "job {i}");
+    }
+}
+
+/// The pool's memory is split between its slots: a slot's positions bound a request's prompt
+/// plus frames, and a request beyond them is refused when it is prepared, before any queue.
+#[test]
+fn the_kv_budget_bounds_each_slot() {
+    let _guard = tch::no_grad_guard();
+    let dir = cached_test_model(Preset::Tiny, 0).unwrap();
+    let (cpu, dtype) = (tch::Device::Cpu, DType::F32);
+    let roomy = Voxtral::<TchTensor>::load(&dir, &cpu, dtype).unwrap();
+    let req = &requests()[0];
+    let prompt = roomy.prompt_ids(&req.text, &req.voice).unwrap().len();
+    let needed = prompt + req.max_frames;
+    assert!(roomy.max_positions() >= needed);
+    // Four slots of exactly this request's positions.
+    let per_position = roomy.kv_bytes_per_position();
+    let options = |positions: usize| EngineOptions {
+        max_sessions: 4,
+        kv_cache_bytes: 4 * positions * per_position,
+        ..EngineOptions::default()
+    };
+    let exact = Voxtral::<TchTensor>::load_for(&dir, &cpu, dtype, &options(needed)).unwrap();
+    assert_eq!(exact.max_positions(), needed);
+    let mut generation = exact.start(req).unwrap();
+    while generation.next_frame().is_some() {}
+    assert_eq!(generation.frames().len(), req.max_frames);
+    drop(generation);
+
+    let short = Voxtral::<TchTensor>::load_for(&dir, &cpu, dtype, &options(needed - 1)).unwrap();
+    let err = short.start(req).err().expect("one position short");
+    assert!(err.to_string().contains("exceeds the model's"), "{err}");
+    // Every slot taken: the next generation is refused, and runs once one is given back.
+    let held: Vec<Generation<'_, TchTensor>> = (0..4)
+        .map(|_| exact.start(&requests()[2]).unwrap())
+        .collect();
+    assert_eq!(exact.free_slots(), 0);
+    let err = exact.start(&requests()[2]).err().expect("no free slot");
+    assert_eq!(err.to_string(), "all 4 KV-cache slots are in use");
+    drop(held);
+    assert_eq!(exact.free_slots(), 4);
 }
 
 #[test]
@@ -330,7 +346,7 @@ fn streamed_jobs_get_doubling_chunks_and_others_one_decode_per_segment() {
     );
     let streamed = run_worker_with(
         std::slice::from_ref(&job),
-        BatchSettings::default(),
+        8,
         JobOptions {
             stream: true,
             ..JobOptions::default()
@@ -342,7 +358,7 @@ fn streamed_jobs_get_doubling_chunks_and_others_one_decode_per_segment() {
         streamed[0].chunks,
         [4 * FRAME - FADE, 8 * FRAME, 16 * FRAME, 12 * FRAME, FADE]
     );
-    let whole = run_worker(&[job], BatchSettings::default());
+    let whole = run_worker(&[job], 8);
     assert_eq!(whole[0].chunks, [40 * FRAME - FADE, FADE]);
     let worst = whole[0]
         .pcm
@@ -381,7 +397,7 @@ fn prompts_prefilled_in_chunks_give_the_codes_of_a_whole_prefill() {
         keep_codes: true,
         ..JobOptions::default()
     };
-    let outcomes = run_worker_with(&jobs, BatchSettings::default(), options);
+    let outcomes = run_worker_with(&jobs, 8, options);
     let model = Voxtral::<TchTensor>::load(
         &cached_test_model(Preset::Tiny, 0).unwrap(),
         &tch::Device::Cpu,

@@ -102,10 +102,10 @@ fn a_hundred_mid_stream_disconnects_leave_no_stuck_slot() {
     server.wait_for("every job to be cancelled", || {
         jobs(&server, "cancelled") == 100.0
     });
-    server.wait_for("the batch to empty", || {
+    server.wait_for("the batch to empty and every KV slot to come back", || {
         let text = server.metrics();
         metric(&text, "speech_batch_size", &[]) == Some(0.0)
-            && metric(&text, "speech_kv_cache_reserved_bytes", &[]) == Some(0.0)
+            && metric(&text, "speech_kv_free_slots", &[]) == Some(4.0)
     });
     let started = Instant::now();
     assert_healthy(&server);

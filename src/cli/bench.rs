@@ -3,6 +3,7 @@
 
 use super::synth::parse_dtype;
 use crate::device::{DeviceChoice, OnBackend};
+use crate::engine::EngineOptions;
 use crate::models::voxtral_tts::params::Config;
 use crate::models::voxtral_tts::{Generation, Noise, StageTimes, SynthesisRequest, Voxtral};
 use crate::tensor::cpu_gemv::{peak_f32_flops, Variant};
@@ -66,9 +67,26 @@ impl OnBackend for Bench<'_> {
     }
 }
 
+/// Prompt positions a bench stream may use besides its frames.
+const PROMPT_ROOM: usize = 1024;
+
+/// A KV slot per stream of the largest `--batch`, each with room for a prompt and `--frames`.
+fn engine_options(args: &BenchArgs, dir: &std::path::Path) -> Result<EngineOptions> {
+    let config = Config::from_file(&dir.join("params.json"))?;
+    let sessions = args.batch.iter().copied().max().unwrap_or(1).max(1);
+    let positions = (PROMPT_ROOM + args.frames).min(config.max_positions);
+    let per_position = config.decoder_dims().kv_bytes_per_position(args.dtype);
+    Ok(EngineOptions {
+        max_sessions: sessions,
+        kv_cache_bytes: sessions * positions * per_position,
+        ..EngineOptions::default()
+    })
+}
+
 fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Result<()> {
     let started = Instant::now();
-    let model = Voxtral::<T>::load(&dir, device, args.dtype).context("loading the model")?;
+    let model = Voxtral::<T>::load_for(&dir, device, args.dtype, &engine_options(args, &dir)?)
+        .context("loading the model")?;
     let load = started.elapsed();
     let voice = model.voices().next().context("no voices")?.to_string();
 

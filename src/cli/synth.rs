@@ -4,8 +4,8 @@ use crate::audio::{encode_audio, AudioFormat};
 use crate::device::DeviceChoice;
 use crate::engine::{prepare_speech, EngineOptions, Sampling, SpeechInput};
 use crate::scheduler::{
-    start_worker, BatchSettings, EngineState, JobEvent, JobOptions, JobQueue, JobSummary,
-    LoadedModel, StreamSettings, WorkerSettings,
+    start_worker, EngineState, JobEvent, JobOptions, JobQueue, JobSummary, LoadedModel,
+    StreamSettings, WorkerSettings,
 };
 use crate::tensor::DType;
 use crate::text::DEFAULT_SEGMENT_CHARS;
@@ -80,7 +80,6 @@ fn start(
         #[cfg(debug_assertions)]
         panic_on_input: None,
         streaming: StreamSettings::default(),
-        batching: BatchSettings::default(),
         engine: EngineOptions::default(),
     };
     let (queue, mut state, worker) = start_worker(settings, 1)?;

@@ -74,10 +74,8 @@ pub trait SpeechPreparer: Send + Sync {
     /// The prompt token ids of one segment of (already normalized) text spoken by `voice`, a
     /// preset of the model's card. `Err` for input the model cannot take.
     fn prompt(&self, text: &str, voice: &str) -> Result<Vec<u32>, PrepareError>;
-    /// Positions one session may use: its prompt plus its frames.
+    /// Positions one session may use, its prompt plus its frames: a KV slot's.
     fn max_positions(&self) -> usize;
-    /// Memory one session of `positions` positions holds (what admission budgets against).
-    fn session_bytes(&self, positions: usize) -> usize;
 }
 
 /// One segment's generation on the worker: frames come out one per step.
@@ -100,7 +98,9 @@ pub trait TextToSpeech {
     fn card(&self) -> ModelCard;
     /// The request-path half, shared with the HTTP layer once the model is loaded.
     fn preparer(&self) -> Arc<dyn SpeechPreparer>;
-    /// Starts (prefills) segment `segment` of a prepared request.
+    /// Sessions that can start now: each holds one of the KV pool's slots until it is dropped.
+    fn free_slots(&self) -> usize;
+    /// Starts (prefills) segment `segment` of a prepared request in a free slot.
     fn start_session<'m>(
         &'m self,
         speech: &PreparedSpeech,
@@ -125,12 +125,19 @@ pub struct EngineOptions {
     /// Prompt tokens a session prefills per step: a new request holds the running ones up
     /// for at most one chunk.
     pub prefill_chunk_tokens: usize,
+    /// Sessions that can run at once: the KV pool's slots, allocated when the model loads.
+    pub max_sessions: usize,
+    /// Memory of the KV pool, split evenly between its slots. A slot's positions (at most the
+    /// model's) bound a session's prompt plus frames.
+    pub kv_cache_bytes: usize,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
             prefill_chunk_tokens: 256,
+            max_sessions: 8,
+            kv_cache_bytes: 2 << 30,
         }
     }
 }

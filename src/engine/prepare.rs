@@ -35,8 +35,6 @@ pub struct PreparedSpeech {
     pub voice: String,
     pub max_frames: usize,
     pub sampling: Sampling,
-    /// Memory the longest segment's session holds: what admission budgets against.
-    pub session_bytes: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -110,9 +108,7 @@ pub fn prepare_speech(
             Ok(PreparedSegment { text, prompt_ids })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let longest = segments.iter().map(|s| s.prompt_ids.len()).max();
     Ok(PreparedSpeech {
-        session_bytes: preparer.session_bytes(longest.unwrap_or(0) + input.max_frames),
         segments,
         voice: input.voice,
         max_frames: input.max_frames,

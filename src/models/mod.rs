@@ -108,8 +108,7 @@ pub fn load_tts<T: Tensor, W: WithEngine>(
     match folder.family {
         Family::VoxtralTts => {
             let config = Config::from_json(&folder.text, &folder.file)?;
-            let mut voxtral = Voxtral::<T>::load_with(dir, config, device, dtype)?;
-            voxtral.set_prefill_chunk(options.prefill_chunk_tokens);
+            let voxtral = Voxtral::<T>::load_with(dir, config, device, dtype, &options)?;
             Ok(with.run(voxtral))
         }
     }

@@ -1,10 +1,11 @@
 //! The Mistral-style decoder: pre-norm layers with interleaved RoPE, GQA, SwiGLU and a
-//! preallocated KV cache. Returns the final-normed hidden states. Voxtral TTS's backbone is
+//! slot KV pool ([`KvPool`]). Returns the final-normed hidden states. Voxtral TTS's backbone is
 //! one; Voxtral Realtime's text decoder has the same shape.
 
+use super::kv_pool::{KvPool, KvSlot};
 use super::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
 use super::LoadError;
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{DType, PoolRows, Tensor};
 
 /// The decoder's sizes, as Mistral's params.json names them.
 #[derive(Clone, Copy, Debug)]
@@ -17,8 +18,15 @@ pub struct DecoderDims {
     pub hidden_dim: usize,
     pub norm_eps: f64,
     pub rope_theta: f64,
-    /// Positions the KV cache and the rotary table cover.
+    /// Positions the rotary table covers: at least a KV slot's.
     pub max_positions: usize,
+}
+
+impl DecoderDims {
+    /// Bytes one position takes in a KV pool, keys and values of every layer.
+    pub fn kv_bytes_per_position(&self, dtype: DType) -> usize {
+        2 * self.n_layers * self.n_kv_heads * self.head_dim * dtype.size()
+    }
 }
 
 struct Layer<T> {
@@ -34,14 +42,6 @@ pub struct Decoder<T: Tensor> {
     /// Built once on the model's device for every position.
     rope: T::Rope,
     device: T::Device,
-}
-
-/// Keys and values of every layer for one sequence, allocated once for its whole length.
-pub struct KvCache<T> {
-    keys: Vec<T>,
-    values: Vec<T>,
-    len: usize,
-    capacity: usize,
 }
 
 impl<T: Tensor> Decoder<T> {
@@ -84,92 +84,103 @@ impl<T: Tensor> Decoder<T> {
         })
     }
 
-    pub fn new_cache(&self, device: &T::Device, dtype: DType, capacity: usize) -> KvCache<T> {
-        let shape = |l: &Layer<T>| [1, l.attention.n_kv_heads, capacity, l.attention.head_dim];
-        KvCache {
-            keys: self
-                .layers
-                .iter()
-                .map(|l| T::zeros(device, &shape(l), dtype))
-                .collect(),
-            values: self
-                .layers
-                .iter()
-                .map(|l| T::zeros(device, &shape(l), dtype))
-                .collect(),
-            len: 0,
-            capacity,
-        }
+    /// A pool of `slots` sequences of up to `positions` positions each, for these layers.
+    pub fn new_pool(&self, dtype: DType, slots: usize, positions: usize) -> KvPool<T> {
+        KvPool::new(&self.device, dtype, &self.kv_shapes(), slots, positions)
     }
 
-    /// Runs `x` `[b, l, dim]`, row `r` at the positions after those `caches[r]` holds,
-    /// appending to each cache. Either one sequence of any length (a prefill, whole or in
-    /// chunks: a chunk after the first attends to the cache and causally within itself) or
-    /// one new token per sequence (a decode step, batched: the projections and feed-forward
-    /// read each weight once for all rows; attention runs per row against that row's cache).
-    pub fn forward(&self, x: &T, caches: &mut [&mut KvCache<T>]) -> T {
+    /// Each layer's `(kv_heads, head_dim)`.
+    fn kv_shapes(&self) -> Vec<(usize, usize)> {
+        self.layers
+            .iter()
+            .map(|l| (l.attention.n_kv_heads, l.attention.head_dim))
+            .collect()
+    }
+
+    /// Runs `x` `[rows, len, dim]`, row `r` at the positions after those `slots[r]` holds in
+    /// `pool`, appending to each slot. Either one token per sequence (a decode step, batched:
+    /// the projections and feed-forward read each weight once for all rows, and each layer
+    /// runs one attention over every row's slot) or one sequence of any length (a prefill,
+    /// whole or in chunks: a chunk after the first attends to the slot and causally within
+    /// itself).
+    pub fn forward(&self, x: &T, pool: &mut KvPool<T>, slots: &mut [&mut KvSlot]) -> T {
         let shape = x.shape();
         let (rows, len) = (shape[0], shape[1]);
-        assert_eq!(rows, caches.len(), "one cache per row");
+        assert_eq!(rows, slots.len(), "one slot per row");
         assert!(rows == 1 || len == 1, "batched rows take one token each");
-        for c in caches.iter() {
+        for s in slots.iter() {
             assert!(
-                c.len + len <= c.capacity,
-                "KV cache overflow: {} + {len} > {}",
-                c.len,
-                c.capacity
+                s.len + len <= pool.positions(),
+                "KV slot overflow: {} + {len} > {}",
+                s.len,
+                pool.positions()
             );
         }
-        // A chunk after the first (one row) needs an offset causal mask: the same in every layer.
-        let start = caches[0].len;
-        let mask = (start > 0 && len > 1).then(|| self.chunk_mask(start, len, x.dtype()));
-        let mut h = x.clone();
-        for (i, layer) in self.layers.iter().enumerate() {
-            let a = &layer.attention;
-            let normed = layer.attention_norm.forward(&h);
-            let (q, k, v) = a.qkv(&normed);
-            let q = a.split_heads(&q, a.n_heads);
-            let k = a.split_heads(&k, a.n_kv_heads);
-            let v = a.split_heads(&v, a.n_kv_heads);
-            let outs: Vec<T> = caches
-                .iter_mut()
-                .enumerate()
-                .map(|(r, cache)| {
-                    let start = cache.len;
-                    let q = q.narrow(0, r, 1).rope_interleaved(&self.rope, start);
-                    let k = k.narrow(0, r, 1).rope_interleaved(&self.rope, start);
-                    cache.keys[i].write_at(2, start, &k);
-                    cache.values[i].write_at(2, start, &v.narrow(0, r, 1));
-                    let keys = cache.keys[i].narrow(2, 0, start + len);
-                    let values = cache.values[i].narrow(2, 0, start + len);
-                    // A single new token sees all; a prompt from 0 is plainly causal.
-                    let causal = mask.is_none() && len > 1;
-                    T::attention(&q, &keys, &values, mask.as_ref(), causal, a.scale())
-                })
-                .collect();
-            let out = if rows == 1 {
-                outs[0].clone()
-            } else {
-                T::cat(&outs.iter().collect::<Vec<_>>(), 0)
-            };
-            h = h.add(&a.merge_heads(&out));
-            h = h.add(&layer.feed_forward.forward(&layer.ffn_norm.forward(&h)));
+        let out = if len == 1 {
+            self.step(x, pool, slots)
+        } else {
+            self.prefill(x, pool, slots[0])
+        };
+        for s in slots.iter_mut() {
+            s.len += len;
         }
-        for c in caches.iter_mut() {
-            c.len += len;
-        }
-        let out = self.norm.forward(&h);
-        // One evaluation per pass (lazy backends): the output and every cache write.
+        // One evaluation per pass (lazy backends): the output and every pool write.
         let mut done: Vec<&T> = vec![&out];
-        for c in caches.iter() {
-            done.extend(c.keys.iter().chain(&c.values));
-        }
+        done.extend(pool.keys.iter().chain(&pool.values));
         T::eval(&done);
         out
     }
-}
 
-impl<T: Tensor> Decoder<T> {
+    /// One new token per row.
+    fn step(&self, x: &T, pool: &mut KvPool<T>, slots: &[&mut KvSlot]) -> T {
+        let rows = PoolRows::new(
+            &self.device,
+            slots.iter().map(|s| s.index).collect(),
+            slots.iter().map(|s| s.len).collect(),
+        );
+        let mut h = x.clone();
+        for (i, layer) in self.layers.iter().enumerate() {
+            let a = &layer.attention;
+            let (q, k, v) = a.qkv(&layer.attention_norm.forward(&h));
+            let q = a.split_heads(&q, a.n_heads).rope_rows(&self.rope, &rows);
+            let k = a.split_heads(&k, a.n_kv_heads).rope_rows(&self.rope, &rows);
+            pool.keys[i].write_rows(&rows, &k);
+            pool.values[i].write_rows(&rows, &a.split_heads(&v, a.n_kv_heads));
+            let out = T::pool_attention(&q, &pool.keys[i], &pool.values[i], &rows, a.scale());
+            h = h.add(&a.merge_heads(&out));
+            h = h.add(&layer.feed_forward.forward(&layer.ffn_norm.forward(&h)));
+        }
+        self.norm.forward(&h)
+    }
+
+    /// A prompt, or its next chunk, for one sequence.
+    fn prefill(&self, x: &T, pool: &mut KvPool<T>, slot: &KvSlot) -> T {
+        let (start, len) = (slot.len, x.shape()[1]);
+        // After the first chunk, an offset causal mask: the same in every layer. A prompt
+        // from 0 is plainly causal.
+        let mask = (start > 0).then(|| self.chunk_mask(start, len, x.dtype()));
+        let mut h = x.clone();
+        for (i, layer) in self.layers.iter().enumerate() {
+            let a = &layer.attention;
+            let (q, k, v) = a.qkv(&layer.attention_norm.forward(&h));
+            let q = a
+                .split_heads(&q, a.n_heads)
+                .rope_interleaved(&self.rope, start);
+            let k = a
+                .split_heads(&k, a.n_kv_heads)
+                .rope_interleaved(&self.rope, start);
+            let at = [slot.index, 0, start, 0];
+            pool.keys[i].write_at(&at, &k);
+            pool.values[i].write_at(&at, &a.split_heads(&v, a.n_kv_heads));
+            let seen = |p: &T| p.narrow(0, slot.index, 1).narrow(2, 0, start + len);
+            let (keys, values) = (seen(&pool.keys[i]), seen(&pool.values[i]));
+            let out = T::attention(&q, &keys, &values, mask.as_ref(), mask.is_none(), a.scale());
+            h = h.add(&a.merge_heads(&out));
+            h = h.add(&layer.feed_forward.forward(&layer.ffn_norm.forward(&h)));
+        }
+        self.norm.forward(&h)
+    }
+
     /// `[1, 1, len, start + len]`: 0 where query `i` (at position `start + i`) may see the key,
     /// -inf after it.
     fn chunk_mask(&self, start: usize, len: usize, dtype: DType) -> T {
@@ -202,7 +213,11 @@ mod tests {
         n_heads: 4,
         n_kv_heads: 2,
         head_dim: 4,
-        hidden_dim: 24,
+        // A multiple of 32, as every real model's: libtorch computes what an elementwise
+        // kernel (SiLU) has past its last whole pair of vectors (32 f32 values with AVX-512)
+        // with scalar code, whose rounding differs, so a row straddling that would not have
+        // the bits it has alone.
+        hidden_dim: 32,
         norm_eps: 1e-5,
         rope_theta: 10_000.0,
         max_positions: 32,
@@ -288,13 +303,18 @@ mod tests {
         let x = TchTensor::from_f32(&tch::Device::Cpu, &values, &[1, 11, DIMS.dim], DType::F32);
         let prompt = x.narrow(1, 0, 10);
 
-        let mut whole = decoder.new_cache(&tch::Device::Cpu, DType::F32, 16);
-        let at_once = decoder.forward(&prompt, &mut [&mut whole]);
-        let mut chunked = decoder.new_cache(&tch::Device::Cpu, DType::F32, 16);
+        let mut pool = decoder.new_pool(DType::F32, 2, 16);
+        let mut whole = pool.acquire().unwrap();
+        let at_once = decoder.forward(&prompt, &mut pool, &mut [&mut whole]);
+        let mut chunked = pool.acquire().unwrap();
         let parts: Vec<TchTensor> = [(0, 4), (4, 3), (7, 3)]
             .iter()
             .map(|&(start, len)| {
-                decoder.forward(&prompt.narrow(1, start, len), &mut [&mut chunked])
+                decoder.forward(
+                    &prompt.narrow(1, start, len),
+                    &mut pool,
+                    &mut [&mut chunked],
+                )
             })
             .collect();
         close(
@@ -302,11 +322,11 @@ mod tests {
             &at_once,
         );
 
-        // The next token sees the same cache either way.
+        // The next token sees the same keys and values either way.
         let next = x.narrow(1, 10, 1);
         close(
-            &decoder.forward(&next, &mut [&mut chunked]),
-            &decoder.forward(&next, &mut [&mut whole]),
+            &decoder.forward(&next, &mut pool, &mut [&mut chunked]),
+            &decoder.forward(&next, &mut pool, &mut [&mut whole]),
         );
     }
 
@@ -328,11 +348,113 @@ mod tests {
             .collect();
         let x = TchTensor::from_f32(&tch::Device::Cpu, &values, &[1, 7, DIMS.dim], DType::F32);
         let run = |d: &Decoder<TchTensor>| {
-            let mut cache = d.new_cache(&tch::Device::Cpu, DType::F32, 8);
-            let prefill = d.forward(&x.narrow(1, 0, 6), &mut [&mut cache]);
-            let step = d.forward(&x.narrow(1, 6, 1), &mut [&mut cache]);
+            let mut pool = d.new_pool(DType::F32, 1, 8);
+            let mut slot = pool.acquire().unwrap();
+            let prefill = d.forward(&x.narrow(1, 0, 6), &mut pool, &mut [&mut slot]);
+            let step = d.forward(&x.narrow(1, 6, 1), &mut pool, &mut [&mut slot]);
             TchTensor::cat(&[&prefill, &step], 1)
         };
         close(&run(&apart), &run(&fused));
+    }
+
+    /// Prompts of different lengths prefilled into slots, then decoded: every row of a
+    /// batched step has the bits it has when its sequence steps alone, in f32 and bf16, and
+    /// a slot given back and taken again starts clean.
+    #[test]
+    fn a_batched_step_over_the_pool_equals_each_row_alone() {
+        let _guard = tch::no_grad_guard();
+        let dir = tempfile::tempdir().unwrap();
+        let ckpt = checkpoint(dir.path(), "");
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let values: Vec<f32> = (0..30 * DIMS.dim)
+            .map(|_| rng.random::<f32>() - 0.5)
+            .collect();
+        for dtype in [DType::F32, DType::BF16] {
+            let l = Loader::<TchTensor>::new(&ckpt, &tch::Device::Cpu, dtype);
+            let decoder = Decoder::load(&l, "", &DIMS).unwrap();
+            let x = TchTensor::from_f32(&tch::Device::Cpu, &values, &[3, 10, DIMS.dim], dtype);
+            let prompts = [3, 7, 5];
+            // Runs sequences `which` together for 3 steps after their prompts; the outputs of
+            // each step, row by row. A used slot (0) is released first, so reuse is covered.
+            let run = |which: &[usize]| {
+                let mut pool = decoder.new_pool(dtype, 4, 16);
+                let mut used = pool.acquire().unwrap();
+                decoder.forward(&x.narrow(0, 1, 1), &mut pool, &mut [&mut used]);
+                pool.release(&used);
+                let mut slots: Vec<KvSlot> = which
+                    .iter()
+                    .map(|&s| {
+                        let mut slot = pool.acquire().unwrap();
+                        let prompt = x.narrow(0, s, 1).narrow(1, 0, prompts[s]);
+                        decoder.forward(&prompt, &mut pool, &mut [&mut slot]);
+                        slot
+                    })
+                    .collect();
+                (0..3)
+                    .map(|step| {
+                        let rows: Vec<TchTensor> = which
+                            .iter()
+                            .map(|&s| x.narrow(0, s, 1).narrow(1, prompts[s] + step, 1))
+                            .collect();
+                        let input = TchTensor::cat(&rows.iter().collect::<Vec<_>>(), 0);
+                        let mut refs: Vec<&mut KvSlot> = slots.iter_mut().collect();
+                        let out = decoder.forward(&input, &mut pool, &mut refs);
+                        (0..which.len())
+                            .map(|r| out.narrow(0, r, 1).to_vec_f32())
+                            .collect::<Vec<_>>()
+                    })
+                    .collect::<Vec<_>>()
+            };
+            let together = run(&[0, 1, 2]);
+            for s in 0..3 {
+                let alone = run(&[s]);
+                for (step, (batched, alone)) in together.iter().zip(&alone).enumerate() {
+                    assert_eq!(batched[s], alone[0], "{dtype}: sequence {s}, step {step}");
+                }
+            }
+        }
+    }
+
+    /// The one-call masked attention accelerators run gives what the row-by-row CPU path
+    /// gives, over slots of different lengths (GQA 2).
+    #[test]
+    fn masked_pool_attention_equals_attention_row_by_row() {
+        use crate::tensor::tch_backend::masked_pool_attention;
+        let _guard = tch::no_grad_guard();
+        let dev = tch::Device::Cpu;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
+        let mut random = |shape: &[usize]| {
+            let n = shape.iter().product();
+            let v: Vec<f32> = (0..n).map(|_| rng.random::<f32>() - 0.5).collect();
+            TchTensor::from_f32(&dev, &v, shape, DType::F32)
+        };
+        let (keys, values) = (random(&[4, 2, 12, 8]), random(&[4, 2, 12, 8]));
+        let q = random(&[3, 4, 1, 8]);
+        let rows = PoolRows::new(&dev, vec![2, 0, 3], vec![5, 11, 0]);
+        let masked = masked_pool_attention(&q, &keys, &values, &rows, 0.3);
+        let by_row = TchTensor::pool_attention(&q, &keys, &values, &rows, 0.3);
+        assert_eq!(masked.shape(), vec![3, 4, 1, 8]);
+        close(&masked, &by_row);
+    }
+
+    /// Rotations and pool writes of a step's rows, each at its own slot and position, equal
+    /// the row-at-a-time operations (the trait's defaults, which MLX uses).
+    #[test]
+    fn rows_rotate_and_land_at_their_own_slot_and_position() {
+        let dev = tch::Device::Cpu;
+        let rope = TchTensor::rope_table(&dev, 16, 8, 10_000.0);
+        let v: Vec<f32> = (0..3 * 2 * 8).map(|i| i as f32 / 7.0 - 3.0).collect();
+        let x = TchTensor::from_f32(&dev, &v, &[3, 2, 1, 8], DType::F32);
+        let rows = PoolRows::new(&dev, vec![1, 3, 0], vec![4, 0, 9]);
+        let rotated = x.rope_rows(&rope, &rows);
+        let mut pool = TchTensor::zeros(&dev, &[4, 2, 16, 8], DType::F32);
+        pool.write_rows(&rows, &rotated);
+        let mut by_row = TchTensor::zeros(&dev, &[4, 2, 16, 8], DType::F32);
+        for r in 0..3 {
+            let one = x.narrow(0, r, 1).rope_interleaved(&rope, rows.positions[r]);
+            assert_eq!(one.to_vec_f32(), rotated.narrow(0, r, 1).to_vec_f32());
+            by_row.write_at(&[rows.slots[r], 0, rows.positions[r], 0], &one);
+        }
+        assert_eq!(pool.to_vec_f32(), by_row.to_vec_f32());
     }
 }

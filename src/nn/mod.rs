@@ -1,10 +1,11 @@
 //! Building blocks shared by every model family: checkpoint loading, layers (linear
 //! projections, norms, attention projections, feed-forward) and the Mistral-style decoder
-//! with its KV cache.
+//! with its slot KV pool.
 
 pub mod checkpoint;
 pub mod decoder;
 mod error;
+pub mod kv_pool;
 pub mod layers;
 
 pub use error::LoadError;

@@ -21,7 +21,9 @@ pub(super) struct ActiveJob<'m, E: TextToSpeech + 'm> {
     pub job: SpeechJob,
     metrics: &'m ModelMetrics,
     segment: usize,
-    session: E::Session<'m>,
+    /// The current segment's session; between segments, none (its KV slot is given back
+    /// before the next one takes one).
+    session: Option<E::Session<'m>>,
     /// Frames of the current segment already counted / already decoded and sent.
     seen: usize,
     decoded: usize,
@@ -62,7 +64,7 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
             job,
             metrics,
             segment: 0,
-            session,
+            session: Some(session),
             seen: 0,
             decoded: 0,
             next_chunk: streaming.first_chunk_frames.max(1),
@@ -77,7 +79,15 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
     }
 
     pub fn session(&mut self) -> &mut E::Session<'m> {
-        &mut self.session
+        self.session
+            .as_mut()
+            .expect("a job runs a session until it ends")
+    }
+
+    fn current(&self) -> &E::Session<'m> {
+        self.session
+            .as_ref()
+            .expect("a job runs a session until it ends")
     }
 
     /// After a batch step: counts the new frame, sends the audio that is due, and moves on to
@@ -87,7 +97,7 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
         engine: &'m E,
         streaming: &StreamSettings,
     ) -> Result<Option<Ended>, EngineError> {
-        let frames = self.session.codes().len();
+        let frames = self.current().codes().len();
         if frames > self.seen {
             self.frames += frames - self.seen;
             self.metrics.frames.increment((frames - self.seen) as u64);
@@ -103,10 +113,10 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
                 });
             }
         }
-        let stopped = self.session.stop_reason().is_some();
+        let stopped = self.current().stop_reason().is_some();
         let chunk_due = self.job.options.stream && frames >= self.next_chunk;
         if frames > self.decoded && (chunk_due || stopped) {
-            let pcm = engine.decode(&self.session, self.decoded)?;
+            let pcm = engine.decode(self.current(), self.decoded)?;
             self.decoded = frames;
             // Later chunks grow: fewer decodes, each re-reading less context per new frame.
             self.chunk = (self.chunk * 2).min(streaming.chunk_frames.max(1));
@@ -122,8 +132,10 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
             return Ok(Some(self.finish()));
         }
         self.segment += 1;
-        self.session = engine.start_session(&self.job.speech, self.segment)?;
-        self.prompt_tokens += self.session.prompt_ids().len();
+        self.session = None;
+        let session = engine.start_session(&self.job.speech, self.segment)?;
+        self.prompt_tokens += session.prompt_ids().len();
+        self.session = Some(session);
         self.seen = 0;
         self.decoded = 0;
         if self.samples == 0 {
@@ -143,8 +155,8 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
         if self.job.options.keep_codes {
             self.codes.push(SegmentCodes {
                 text: self.segment_text().to_string(),
-                prompt_ids: self.session.prompt_ids().to_vec(),
-                codes: self.session.codes().to_vec(),
+                prompt_ids: self.current().prompt_ids().to_vec(),
+                codes: self.current().codes().to_vec(),
             });
         }
     }
@@ -163,7 +175,10 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
         Ended::Completed(JobSummary {
             prompt_tokens: self.prompt_tokens,
             frames: self.frames,
-            stop: self.session.stop_reason().unwrap_or(StopReason::MaxFrames),
+            stop: self
+                .current()
+                .stop_reason()
+                .unwrap_or(StopReason::MaxFrames),
             synthesis_time,
             codes: std::mem::take(&mut self.codes),
         })

@@ -16,9 +16,7 @@ pub mod worker;
 
 pub use job::{JobError, JobEvent, JobOptions, JobSummary, SegmentCodes, SpeechJob};
 pub use queue::{JobQueue, SubmitError};
-pub use worker::{
-    start_worker, BatchSettings, EngineState, LoadedModel, StreamSettings, WorkerSettings,
-};
+pub use worker::{start_worker, EngineState, LoadedModel, StreamSettings, WorkerSettings};
 
 /// Metrics the worker records (the HTTP layer describes and exports them), each with a
 /// `model` label: the id the model is served under.
@@ -34,8 +32,8 @@ pub mod metric_names {
     pub const REAL_TIME_FACTOR: &str = "speech_real_time_factor";
     /// Gauge: jobs generating together in the current step.
     pub const BATCH_SIZE: &str = "speech_batch_size";
-    /// Gauge: KV-cache bytes the running jobs reserve.
-    pub const KV_RESERVED_BYTES: &str = "speech_kv_cache_reserved_bytes";
+    /// Gauge: KV-cache slots free for new jobs (0: new jobs wait in the queue).
+    pub const KV_FREE_SLOTS: &str = "speech_kv_free_slots";
     /// Gauge: 1 once the model is loaded.
     pub const MODEL_LOADED: &str = "speech_model_loaded";
 }
@@ -48,7 +46,7 @@ pub(crate) struct ModelMetrics {
     audio_seconds: metrics::Histogram,
     real_time_factor: metrics::Histogram,
     batch_size: metrics::Gauge,
-    kv_reserved: metrics::Gauge,
+    free_slots: metrics::Gauge,
 }
 
 impl ModelMetrics {
@@ -60,7 +58,7 @@ impl ModelMetrics {
             audio_seconds: metrics::histogram!(metric_names::AUDIO_SECONDS, &[label()]),
             real_time_factor: metrics::histogram!(metric_names::REAL_TIME_FACTOR, &[label()]),
             batch_size: metrics::gauge!(metric_names::BATCH_SIZE, &[label()]),
-            kv_reserved: metrics::gauge!(metric_names::KV_RESERVED_BYTES, &[label()]),
+            free_slots: metrics::gauge!(metric_names::KV_FREE_SLOTS, &[label()]),
         }
     }
 

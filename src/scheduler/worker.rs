@@ -31,27 +31,8 @@ pub struct WorkerSettings {
     #[cfg(debug_assertions)]
     pub panic_on_input: Option<String>,
     pub streaming: StreamSettings,
-    pub batching: BatchSettings,
+    /// The KV pool's slots bound how many jobs generate together.
     pub engine: EngineOptions,
-}
-
-/// How many jobs advance together, and how much KV-cache memory they may hold.
-#[derive(Clone, Debug)]
-pub struct BatchSettings {
-    /// Most jobs generating at once (each step decodes one frame for every one of them).
-    pub max_batch_size: usize,
-    /// KV-cache bytes the running jobs may reserve together. A job that does not fit waits
-    /// for others to finish; one job alone always runs, whatever its size.
-    pub kv_cache_budget_bytes: usize,
-}
-
-impl Default for BatchSettings {
-    fn default() -> Self {
-        Self {
-            max_batch_size: 8,
-            kv_cache_budget_bytes: 2 << 30,
-        }
-    }
 }
 
 /// How a job's audio is cut into `Audio` events.
@@ -197,7 +178,6 @@ impl WithEngine for Serving<'_> {
             metrics: &ModelMetrics::new(&self.settings.model_id),
             settings: self.settings,
             active: Vec::new(),
-            waiting: None,
         }
         .run(&mut self.jobs);
         tracing::debug!("job queue closed: inference worker stops");
@@ -216,8 +196,8 @@ fn describe_device<T: Tensor>(device: &T::Device) -> String {
 }
 
 /// The continuous-batching loop: every step advances all running jobs by one frame together;
-/// between steps, queued jobs are admitted (prefilled) while the batch and memory budget
-/// allow, and ended ones leave.
+/// between steps, queued jobs are admitted (prefilled) while the engine has free KV slots,
+/// and ended ones leave, giving theirs back.
 struct Batcher<'m, E: TextToSpeech> {
     engine: &'m E,
     /// Of the engine's PCM (its card's).
@@ -225,8 +205,6 @@ struct Batcher<'m, E: TextToSpeech> {
     metrics: &'m ModelMetrics,
     settings: &'m WorkerSettings,
     active: Vec<ActiveJob<'m, E>>,
-    /// A job taken off the queue that waits for memory; admitted before any other.
-    waiting: Option<SpeechJob>,
 }
 
 impl<'m, E: TextToSpeech> Batcher<'m, E> {
@@ -244,45 +222,30 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
 
     fn record_gauges(&self) {
         self.metrics.batch_size.set(self.active.len() as f64);
-        self.metrics.kv_reserved.set(self.reserved() as f64);
-    }
-
-    fn reserved(&self) -> usize {
-        self.active.iter().map(|a| a.job.speech.session_bytes).sum()
+        self.metrics.free_slots.set(self.engine.free_slots() as f64);
     }
 
     /// Admits queued jobs between steps; waits for one when nothing runs. False once the
     /// queue is closed and nothing is left to run.
     fn admit(&mut self, jobs: &mut mpsc::Receiver<SpeechJob>) -> bool {
-        let (batching, metrics) = (&self.settings.batching, self.metrics);
-        while self.active.len() < batching.max_batch_size.max(1) {
-            let job = match self.waiting.take() {
-                Some(job) => job,
-                None if self.active.is_empty() => match jobs.blocking_recv() {
+        let metrics = self.metrics;
+        // Queued jobs wait in the queue (where they can still be cancelled) for a free slot;
+        // slots come back as running jobs end.
+        while self.active.is_empty() || self.engine.free_slots() > 0 {
+            let job = if self.active.is_empty() {
+                match jobs.blocking_recv() {
                     Some(job) => job,
                     None => return false,
-                },
-                None => match jobs.try_recv() {
+                }
+            } else {
+                match jobs.try_recv() {
                     Ok(job) => job,
                     Err(_) => break,
-                },
+                }
             };
             if job.events.is_closed() {
                 metrics.job("cancelled");
                 continue;
-            }
-            let bytes = job.speech.session_bytes;
-            let fits = self.reserved() + bytes <= batching.kv_cache_budget_bytes;
-            if !fits && !self.active.is_empty() {
-                self.waiting = Some(job);
-                break;
-            }
-            if !fits {
-                tracing::warn!(
-                    kv_bytes = bytes,
-                    budget = batching.kv_cache_budget_bytes,
-                    "a job larger than the KV budget runs alone"
-                );
             }
             let engine = self.engine;
             let streaming = &self.settings.streaming;

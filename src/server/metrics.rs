@@ -64,8 +64,8 @@ pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
     metrics::describe_gauge!(engine::MODEL_LOADED, "1 once the model is loaded");
     metrics::describe_gauge!(engine::BATCH_SIZE, "Speech jobs generating together");
     metrics::describe_gauge!(
-        engine::KV_RESERVED_BYTES,
-        "KV-cache bytes reserved by the running jobs"
+        engine::KV_FREE_SLOTS,
+        "KV-cache slots free for new jobs (0: new jobs wait)"
     );
     Ok(handle)
 }

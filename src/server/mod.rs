@@ -17,7 +17,7 @@ mod wyoming;
 
 use crate::config::ServerConfig;
 use crate::engine::EngineOptions;
-use crate::scheduler::{start_worker, BatchSettings, EngineState, StreamSettings, WorkerSettings};
+use crate::scheduler::{start_worker, EngineState, StreamSettings, WorkerSettings};
 use anyhow::{anyhow, Context};
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, Request, StatusCode};
@@ -188,12 +188,10 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
                     first_chunk_frames: config.first_chunk_frames,
                     chunk_frames: config.chunk_frames,
                 },
-                batching: BatchSettings {
-                    max_batch_size: config.max_batch_size,
-                    kv_cache_budget_bytes: config.kv_cache_budget_mib << 20,
-                },
                 engine: EngineOptions {
                     prefill_chunk_tokens: config.prefill_chunk_tokens,
+                    max_sessions: config.max_batch_size,
+                    kv_cache_bytes: config.kv_cache_budget_mib << 20,
                 },
             },
             config.queue_capacity,

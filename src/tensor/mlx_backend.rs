@@ -443,9 +443,13 @@ impl Tensor for MlxTensor {
         Self::op(ops::indexing::argmax_axis(&self.array, -1, false))
     }
 
-    fn write_at(&mut self, dim: usize, start: usize, src: &Self) {
-        let len = src.array.shape()[dim] as usize;
-        let (lo, hi) = slice_bounds(self.array.shape(), dim, start, len);
+    fn write_at(&mut self, starts: &[usize], src: &Self) {
+        let lo: Vec<i32> = starts.iter().map(|&s| axis(s)).collect();
+        let hi: Vec<i32> = lo
+            .iter()
+            .zip(src.array.shape())
+            .map(|(s, n)| s + n)
+            .collect();
         let strides = vec![1; lo.len()];
         let (a, update) = (&self.array, &src.array);
         // SAFETY: as in `narrow`. The result replaces `self`; MLX updates in place when the old
@@ -646,7 +650,7 @@ mod tests {
     #[test]
     fn slices_and_cache_writes() {
         let mut cache = MlxTensor::zeros(&DEV, &[1, 1, 4, 2], DType::F32);
-        cache.write_at(2, 1, &t(&[1.0, 2.0, 3.0, 4.0], &[1, 1, 2, 2]));
+        cache.write_at(&[0, 0, 1, 0], &t(&[1.0, 2.0, 3.0, 4.0], &[1, 1, 2, 2]));
         close(
             &cache.to_vec_f32(),
             &[0.0, 0.0, 1.0, 2.0, 3.0, 4.0, 0.0, 0.0],

@@ -94,6 +94,11 @@ pub trait Tensor: Clone + Sized {
     /// and unchanged for as long as the tensor (and any view of it) lives.
     unsafe fn from_raw(device: &Self::Device, raw: &RawTensor<'_>, dtype: DType) -> Self;
     fn zeros(device: &Self::Device, shape: &[usize], dtype: DType) -> Self;
+    /// A tensor whose contents are unspecified: only what is written into it may be read
+    /// (KV pools, so that memory is committed as positions are used). Zeros by default.
+    fn uninit(device: &Self::Device, shape: &[usize], dtype: DType) -> Self {
+        Self::zeros(device, shape, dtype)
+    }
     /// Whether `device` is the host CPU.
     fn is_cpu(device: &Self::Device) -> bool;
     /// An accelerator's own large-copy bandwidth (bytes read + written per second), for
@@ -163,8 +168,52 @@ pub trait Tensor: Clone + Sized {
     fn sum_dim(&self, dim: usize) -> Self;
     /// Index of the maximum along the last axis, as an i64 tensor.
     fn argmax_last(&self) -> Self;
-    /// Copies `src` into `self` at `start` along `dim` (KV cache writes).
-    fn write_at(&mut self, dim: usize, start: usize, src: &Self);
+    /// Copies `src` into `self` at offsets `starts`, one per dimension (KV pool writes).
+    fn write_at(&mut self, starts: &[usize], src: &Self);
+
+    /// Rotary embedding of one token per row, `self` `[rows, heads, 1, head_dim]`, row `r` at
+    /// position `rows.positions[r]` (see `rope_interleaved`).
+    fn rope_rows(&self, rope: &Self::Rope, rows: &PoolRows<Self>) -> Self {
+        let parts: Vec<Self> = (0..rows.len())
+            .map(|r| {
+                self.narrow(0, r, 1)
+                    .rope_interleaved(rope, rows.positions[r])
+            })
+            .collect();
+        Self::cat(&parts.iter().collect::<Vec<_>>(), 0)
+    }
+    /// Writes `src` `[rows, kv_heads, 1, head_dim]` into the pool `self`
+    /// `[slots, kv_heads, positions, head_dim]`, row `r` at slot `rows.slots[r]`, position
+    /// `rows.positions[r]`.
+    fn write_rows(&mut self, rows: &PoolRows<Self>, src: &Self) {
+        for r in 0..rows.len() {
+            self.write_at(
+                &[rows.slots[r], 0, rows.positions[r], 0],
+                &src.narrow(0, r, 1),
+            );
+        }
+    }
+    /// Attention of one new token per row, `q` `[rows, hq, 1, d]`, over the keys and values
+    /// of its slot in the pools `keys`/`values` `[slots, hkv, positions, d]`: row `r` sees
+    /// positions `0..=rows.positions[r]`. One call per layer for the whole batch; this default
+    /// runs `attention` row by row.
+    fn pool_attention(
+        q: &Self,
+        keys: &Self,
+        values: &Self,
+        rows: &PoolRows<Self>,
+        scale: f64,
+    ) -> Self {
+        let parts: Vec<Self> = (0..rows.len())
+            .map(|r| {
+                let (slot, len) = (rows.slots[r], rows.positions[r] + 1);
+                let keys = keys.narrow(0, slot, 1).narrow(2, 0, len);
+                let values = values.narrow(0, slot, 1).narrow(2, 0, len);
+                Self::attention(&q.narrow(0, r, 1), &keys, &values, None, false, scale)
+            })
+            .collect();
+        Self::cat(&parts.iter().collect::<Vec<_>>(), 0)
+    }
 
     /// Converts a conv weight from PyTorch layout into the backend's own. Idempotent: a weight
     /// already converted is returned unchanged.
@@ -175,6 +224,43 @@ pub trait Tensor: Clone + Sized {
     fn conv_transpose1d(&self, weight: &Self, stride: usize) -> Self;
     /// Pads the time axis of NLC input.
     fn pad_time(&self, left: usize, right: usize, mode: PadMode) -> Self;
+}
+
+/// The rows of one decode step over a slot KV pool: row `r` is the next token of the sequence
+/// in slot `slots[r]`, at position `positions[r]`. Built once per step; the same indices as
+/// i64 tensors on the model's device let an accelerator gather and scatter every layer's rows
+/// without host work.
+pub struct PoolRows<T> {
+    pub slots: Vec<usize>,
+    pub positions: Vec<usize>,
+    /// `slots`, `[rows]` i64 on the device.
+    pub slot_ids: T,
+    /// `positions`, `[rows]` i64 on the device.
+    pub position_ids: T,
+}
+
+impl<T: Tensor> PoolRows<T> {
+    pub fn new(device: &T::Device, slots: Vec<usize>, positions: Vec<usize>) -> Self {
+        assert_eq!(slots.len(), positions.len(), "one position per slot");
+        let ids = |v: &[usize]| {
+            let v: Vec<i64> = v.iter().map(|&i| i as i64).collect();
+            T::from_i64(device, &v, &[v.len()])
+        };
+        PoolRows {
+            slot_ids: ids(&slots),
+            position_ids: ids(&positions),
+            slots,
+            positions,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
 }
 
 /// Backend-independent checks, run by each backend's tests on its own device.

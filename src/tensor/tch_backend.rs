@@ -1,7 +1,7 @@
 //! libtorch backend (`tch`). Conv layouts are PyTorch's own, so NLC sequences are transposed to
 //! NCL around each convolution here, inside the backend.
 
-use super::{ConvKind, DType, PadMode, RawTensor, Tensor};
+use super::{ConvKind, DType, PadMode, PoolRows, RawTensor, Tensor};
 use std::sync::atomic::{AtomicU64, Ordering};
 use tch::{Device, Kind};
 
@@ -137,6 +137,58 @@ pub struct TchRope {
     sin: tch::Tensor,
 }
 
+/// Rotates the interleaved pairs of `x` `[b, h, l, d]` by angles whose cos and sin broadcast
+/// to `[b, h, l, d / 2]`, in f32; returned in `x`'s kind.
+fn rotate_pairs(x: &tch::Tensor, cos: &tch::Tensor, sin: &tch::Tensor) -> tch::Tensor {
+    let size = x.size();
+    let pairs = x
+        .to_kind(Kind::Float)
+        .reshape([size[0], size[1], size[2], size[3] / 2, 2]);
+    let even = pairs.select(-1, 0);
+    let odd = pairs.select(-1, 1);
+    let out_even = &even * cos - &odd * sin;
+    let out_odd = &even * sin + &odd * cos;
+    tch::Tensor::stack(&[out_even, out_odd], -1)
+        .reshape(&size[..])
+        .to_kind(x.kind())
+}
+
+/// [`Tensor::pool_attention`] as one call: the rows' slots gathered up to the longest row
+/// and masked past each row's own length. What accelerators run; tested on the CPU against
+/// the row-by-row path.
+pub fn masked_pool_attention(
+    q: &TchTensor,
+    keys: &TchTensor,
+    values: &TchTensor,
+    rows: &PoolRows<TchTensor>,
+    scale: f64,
+) -> TchTensor {
+    let longest = rows.positions.iter().max().map_or(0, |p| p + 1) as i64;
+    let gather = |pool: &TchTensor| {
+        pool.0
+            .narrow(2, 0, longest)
+            .index_select(0, &rows.slot_ids.0)
+    };
+    let (k, v) = (gather(keys), gather(values));
+    // True where a row may attend: positions up to its own.
+    let positions = tch::Tensor::arange(longest, (Kind::Int64, q.0.device()));
+    let mask = positions
+        .unsqueeze(0)
+        .le_tensor(&rows.position_ids.0.unsqueeze(1))
+        .reshape([rows.len() as i64, 1, 1, longest]);
+    let gqa = q.0.size()[1] != k.size()[1];
+    TchTensor::wrap(tch::Tensor::scaled_dot_product_attention(
+        &q.0,
+        &k,
+        &v,
+        Some(&mask),
+        0.0,
+        false,
+        scale,
+        gqa,
+    ))
+}
+
 impl Tensor for TchTensor {
     type Device = Device;
     type Rope = TchRope;
@@ -178,6 +230,17 @@ impl Tensor for TchTensor {
 
     fn zeros(device: &Device, shape: &[usize], dtype: DType) -> Self {
         Self::wrap(tch::Tensor::zeros(dims(shape), (kind(dtype), *device)))
+    }
+
+    /// Uninitialized on the CPU, so that the OS commits a pool's pages only as they are
+    /// written; zeros on accelerators, whose masked attention reads past each row's length
+    /// (weights 0, but 0 x NaN would not be 0).
+    fn uninit(device: &Device, shape: &[usize], dtype: DType) -> Self {
+        if *device == Device::Cpu {
+            Self::wrap(tch::Tensor::empty(dims(shape), (kind(dtype), *device)))
+        } else {
+            Self::zeros(device, shape, dtype)
+        }
     }
 
     fn is_cpu(device: &Device) -> bool {
@@ -332,17 +395,7 @@ impl Tensor for TchTensor {
         let size = self.0.size();
         let (len, half) = (size[2], size[3] / 2);
         let table = |t: &tch::Tensor| t.narrow(0, start as i64, len).reshape([1, 1, len, half]);
-        let (cos, sin) = (table(&rope.cos), table(&rope.sin));
-        let x = self
-            .0
-            .to_kind(Kind::Float)
-            .reshape([size[0], size[1], len, half, 2]);
-        let even = x.select(-1, 0);
-        let odd = x.select(-1, 1);
-        let out_even = &even * &cos - &odd * &sin;
-        let out_odd = &even * &sin + &odd * &cos;
-        let out = tch::Tensor::stack(&[out_even, out_odd], -1).reshape(&size[..]);
-        Self::wrap(out.to_kind(self.0.kind()))
+        Self::wrap(rotate_pairs(&self.0, &table(&rope.cos), &table(&rope.sin)))
     }
 
     fn attention(
@@ -400,9 +453,60 @@ impl Tensor for TchTensor {
         Self::wrap(self.0.argmax(-1, false))
     }
 
-    fn write_at(&mut self, dim: usize, start: usize, src: &Self) {
-        let len = src.0.size()[dim];
-        self.0.narrow(dim as i64, start as i64, len).copy_(&src.0);
+    fn write_at(&mut self, starts: &[usize], src: &Self) {
+        let mut region = self.0.shallow_clone();
+        for (dim, (&start, len)) in starts.iter().zip(src.0.size()).enumerate() {
+            region = region.narrow(dim as i64, start as i64, len);
+        }
+        region.copy_(&src.0);
+    }
+
+    fn rope_rows(&self, rope: &TchRope, rows: &PoolRows<Self>) -> Self {
+        let size = self.0.size();
+        let half = size[3] / 2;
+        // One gather of each row's table entry on the device: the same values
+        // `rope_interleaved` reads, so the same bits.
+        let table = |t: &tch::Tensor| {
+            t.index_select(0, &rows.position_ids.0)
+                .reshape([size[0], 1, 1, half])
+        };
+        Self::wrap(rotate_pairs(&self.0, &table(&rope.cos), &table(&rope.sin)))
+    }
+
+    fn write_rows(&mut self, rows: &PoolRows<Self>, src: &Self) {
+        // Advanced indices on dims 0 and 2 around a slice index `[rows, kv_heads, head_dim]`.
+        let s = src.0.size();
+        let src = src.0.reshape([s[0], s[1], s[3]]);
+        let index = [
+            Some(rows.slot_ids.0.shallow_clone()),
+            None,
+            Some(rows.position_ids.0.shallow_clone()),
+        ];
+        let _ = self.0.index_put_(&index, &src, false);
+    }
+
+    /// On the CPU, row by row (each row's bits as when it runs alone: libtorch's attention
+    /// kernels pick their blocking from the shapes); elsewhere, one masked attention over
+    /// every row's slot ([`masked_pool_attention`]).
+    fn pool_attention(
+        q: &Self,
+        keys: &Self,
+        values: &Self,
+        rows: &PoolRows<Self>,
+        scale: f64,
+    ) -> Self {
+        if q.0.device() == Device::Cpu {
+            let parts: Vec<Self> = (0..rows.len())
+                .map(|r| {
+                    let (slot, len) = (rows.slots[r], rows.positions[r] + 1);
+                    let keys = keys.narrow(0, slot, 1).narrow(2, 0, len);
+                    let values = values.narrow(0, slot, 1).narrow(2, 0, len);
+                    Self::attention(&q.narrow(0, r, 1), &keys, &values, None, false, scale)
+                })
+                .collect();
+            return Self::cat(&parts.iter().collect::<Vec<_>>(), 0);
+        }
+        masked_pool_attention(q, keys, values, rows, scale)
     }
 
     fn prepare_conv_weight(weight: &Self, _kind: ConvKind) -> Self {

@@ -41,6 +41,10 @@ impl<T: Tensor> TextToSpeech for Voxtral<T> {
         self.prompter.clone()
     }
 
+    fn free_slots(&self) -> usize {
+        Voxtral::free_slots(self)
+    }
+
     fn start_session<'m>(
         &'m self,
         speech: &PreparedSpeech,

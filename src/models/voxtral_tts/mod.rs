@@ -14,9 +14,10 @@ pub mod voices;
 pub use crate::engine::StopReason;
 pub use prompt::{Prompter, SpecialIds};
 
-use crate::engine::{PrepareError, SpeechPreparer};
+use crate::engine::{EngineOptions, PrepareError};
 use crate::nn::checkpoint::Checkpoint;
-use crate::nn::decoder::{Decoder, KvCache};
+use crate::nn::decoder::{Decoder, DecoderDims};
+use crate::nn::kv_pool::{KvPool, KvSlot};
 use crate::nn::layers::Loader;
 pub use crate::nn::LoadError;
 use crate::tensor::{DType, Tensor};
@@ -26,6 +27,7 @@ use flow_head::FlowHead;
 use params::{Config, END_AUDIO_CODE};
 use rand::SeedableRng;
 use rand_distr::Distribution;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -50,6 +52,8 @@ pub enum SynthError {
     NoiseScale(f32),
     #[error(transparent)]
     Codec(#[from] CodecError),
+    #[error("all {0} KV-cache slots are in use")]
+    NoFreeSlot(usize),
 }
 
 /// Where the flow head's starting noise comes from.
@@ -86,6 +90,8 @@ pub struct Voxtral<T: Tensor> {
     tok_embeddings: T,
     audio_embeddings: T,
     backbone: Decoder<T>,
+    /// The backbone's keys and values for every session: a session holds a slot.
+    kv: RefCell<KvPool<T>>,
     flow: FlowHead<T>,
     codec: Codec<T>,
     device: T::Device,
@@ -98,14 +104,20 @@ pub struct Voxtral<T: Tensor> {
 
 impl<T: Tensor> Voxtral<T> {
     /// Loads a model folder in the published layout: params.json, consolidated.safetensors,
-    /// tekken.json and voice_embedding/.
+    /// tekken.json and voice_embedding/, with the default options.
     pub fn load(dir: &Path, device: &T::Device, dtype: DType) -> Result<Self, LoadError> {
-        Self::load_with(
-            dir,
-            Config::from_file(&dir.join("params.json"))?,
-            device,
-            dtype,
-        )
+        Self::load_for(dir, device, dtype, &EngineOptions::default())
+    }
+
+    /// [`Voxtral::load`] with `options` (KV pool size, prefill chunks).
+    pub fn load_for(
+        dir: &Path,
+        device: &T::Device,
+        dtype: DType,
+        options: &EngineOptions,
+    ) -> Result<Self, LoadError> {
+        let config = Config::from_file(&dir.join("params.json"))?;
+        Self::load_with(dir, config, device, dtype, options)
     }
 
     /// Loads the folder `dir` whose params.json was already read as `config`.
@@ -114,6 +126,7 @@ impl<T: Tensor> Voxtral<T> {
         config: Config,
         device: &T::Device,
         dtype: DType,
+        options: &EngineOptions,
     ) -> Result<Self, LoadError> {
         let tekken_path = dir.join("tekken.json");
         let tokenizer = Tekken::from_file(&tekken_path).map_err(|e| {
@@ -148,7 +161,13 @@ impl<T: Tensor> Voxtral<T> {
             "mm_audio_embeddings.audio_codebook_embeddings.embeddings.weight",
             &[config.audio_embedding_rows, a.dim],
         )?;
-        let backbone = Decoder::load(&l, "", &config.decoder_dims())?;
+        let (slots, positions) = kv_slots(&config, dtype, options)?;
+        let dims = DecoderDims {
+            max_positions: positions,
+            ..config.decoder_dims()
+        };
+        let backbone = Decoder::load(&l, "", &dims)?;
+        let kv = backbone.new_pool(dtype, slots, positions);
         let flow = FlowHead::load(&l, &config)?;
         // The codec's weights are small, and bf16 convolutions have no fast path on most CPUs
         // (55x slower than f32 without AVX512-BF16): on a CPU it computes in f32, which also
@@ -167,8 +186,7 @@ impl<T: Tensor> Voxtral<T> {
             tokenizer,
             special,
             voice_rows: voices.iter().map(|(k, v)| (k.clone(), v.rows)).collect(),
-            max_positions: config.max_positions,
-            kv_bytes_per_position: 2 * a.n_layers * a.n_kv_heads * a.head_dim * dtype.size(),
+            max_positions: kv.positions(),
         };
         Ok(Voxtral {
             _weights: ckpt.mmaps(),
@@ -178,11 +196,12 @@ impl<T: Tensor> Voxtral<T> {
             tok_embeddings,
             audio_embeddings,
             backbone,
+            kv: RefCell::new(kv),
             flow,
             codec,
             device: device.clone(),
             dtype,
-            prefill_chunk: usize::MAX,
+            prefill_chunk: options.prefill_chunk_tokens.max(1),
         })
     }
 
@@ -249,21 +268,16 @@ impl<T: Tensor> Voxtral<T> {
             .into());
         }
         let ids = self.prompt_ids(&req.text, &req.voice)?;
-        if ids.len() + req.max_frames > self.config.max_positions {
+        let max = self.prompter.max_positions;
+        if ids.len() + req.max_frames > max {
             return Err(PrepareError::TooLong {
                 prompt: ids.len(),
                 frames: req.max_frames,
-                max: self.config.max_positions,
+                max,
             }
             .into());
         }
         self.start_prompt(ids, &req.voice, req.max_frames, &req.noise, usize::MAX)
-    }
-
-    /// Prompt tokens a session started by the engine interface prefills per step (see
-    /// `Generation::step_batch`); `start` prefills whole prompts.
-    pub fn set_prefill_chunk(&mut self, tokens: usize) {
-        self.prefill_chunk = tokens.max(1);
     }
 
     /// Starts a generation of a prompt built by `prompt_ids` (its length already checked):
@@ -299,9 +313,11 @@ impl<T: Tensor> Voxtral<T> {
             .voices
             .get(voice)
             .ok_or_else(|| PrepareError::UnknownVoice(voice.to_string()))?;
-        let capacity = ids.len() + max_frames;
         let started = Instant::now();
-        let cache = self.backbone.new_cache(&self.device, self.dtype, capacity);
+        let slot = {
+            let mut kv = self.kv.borrow_mut();
+            kv.acquire().ok_or(SynthError::NoFreeSlot(kv.slots()))?
+        };
         let prefill = Prefill {
             embedded: self.embed_prompt(&ids, voice),
             done: 0,
@@ -310,7 +326,7 @@ impl<T: Tensor> Voxtral<T> {
         let mut generation = Generation {
             model: self,
             prompt_ids: ids,
-            cache,
+            slot,
             hidden: None,
             prefill: Some(prefill),
             noise,
@@ -337,10 +353,19 @@ impl<T: Tensor> Voxtral<T> {
         self.codec.decode_tail(codes, from)
     }
 
-    /// Bytes a generation's KV cache takes for `positions` (prompt plus frames): what batching
-    /// budgets against, since the cache is allocated whole when a generation starts.
-    pub fn kv_cache_bytes(&self, positions: usize) -> usize {
-        self.prompter.session_bytes(positions)
+    /// Generations that can start now (free KV slots).
+    pub fn free_slots(&self) -> usize {
+        self.kv.borrow().free_slots()
+    }
+
+    /// KV-pool bytes per position of a generation.
+    pub fn kv_bytes_per_position(&self) -> usize {
+        self.config.decoder_dims().kv_bytes_per_position(self.dtype)
+    }
+
+    /// Positions of prompt plus frames one generation may use.
+    pub fn max_positions(&self) -> usize {
+        self.prompter.max_positions
     }
 
     /// Frames of context `decode_tail` reads before its first new frame.
@@ -348,20 +373,53 @@ impl<T: Tensor> Voxtral<T> {
         self.codec.context_frames()
     }
 
-    /// The next backbone input for a frame: the sum of its codes' audio embeddings.
-    fn embed_frame(&self, codes: &[u32]) -> T {
-        let ids: Vec<i64> = codes
+    /// The next backbone input of each frame, `[frames, 1, dim]`: the sum of its codes'
+    /// audio embeddings. One lookup for all.
+    fn embed_frames(&self, frames: &[&[u32]]) -> T {
+        let ids: Vec<i64> = frames
             .iter()
-            .zip(&self.config.codebook_offsets)
-            .map(|(&c, &o)| (c as usize + o) as i64)
+            .flat_map(|codes| {
+                codes
+                    .iter()
+                    .zip(&self.config.codebook_offsets)
+                    .map(|(&c, &o)| (c as usize + o) as i64)
+            })
             .collect();
-        let rows = self
-            .audio_embeddings
-            .embedding(&T::from_i64(&self.device, &ids, &[ids.len()]));
+        let width = self.config.codebook_offsets.len();
+        let rows = self.audio_embeddings.embedding(&T::from_i64(
+            &self.device,
+            &ids,
+            &[frames.len(), width],
+        ));
         rows.to_dtype(self.dtype)
-            .sum_dim(0)
-            .reshape(&[1, 1, self.config.args.dim])
+            .sum_dim(1)
+            .reshape(&[frames.len(), 1, self.config.args.dim])
     }
+}
+
+/// The backbone's KV pool for `options`: `max_sessions` slots sharing `kv_cache_bytes`, each
+/// of at most the model's positions. Returns the slots and their positions.
+fn kv_slots(
+    config: &Config,
+    dtype: DType,
+    options: &EngineOptions,
+) -> Result<(usize, usize), LoadError> {
+    let slots = options.max_sessions.max(1);
+    let per_position = config.decoder_dims().kv_bytes_per_position(dtype);
+    let positions = (options.kv_cache_bytes / slots / per_position).min(config.max_positions);
+    // A prompt of a few tokens and one frame at the least.
+    if positions < 16 {
+        return Err(LoadError::invalid(
+            "(settings)",
+            "kv_cache_budget_mib",
+            format!(
+                "{} bytes for {slots} sessions leave {positions} positions each ({per_position} bytes per position in {dtype}); raise it or lower max_batch_size",
+                options.kv_cache_bytes
+            ),
+        ));
+    }
+    tracing::debug!(slots, positions, "KV pool");
+    Ok((slots, positions))
 }
 
 /// Encoder-side tensors that ship in some checkpoints but play no part in synthesis.
@@ -405,7 +463,8 @@ struct Prefill<T> {
 pub struct Generation<'m, T: Tensor> {
     model: &'m Voxtral<T>,
     pub prompt_ids: Vec<u32>,
-    cache: KvCache<T>,
+    /// Its place in the model's KV pool, given back when the generation is dropped.
+    slot: KvSlot,
     /// The backbone's last hidden state, once the prompt is prefilled.
     hidden: Option<T>,
     prefill: Option<Prefill<T>>,
@@ -436,7 +495,11 @@ impl<T: Tensor> Generation<'_, T> {
         } else {
             p.embedded.narrow(1, p.done, len)
         };
-        let hidden = self.model.backbone.forward(&chunk, &mut [&mut self.cache]);
+        let mut kv = self.model.kv.borrow_mut();
+        let hidden = self
+            .model
+            .backbone
+            .forward(&chunk, &mut kv, &mut [&mut self.slot]);
         p.done += len;
         if p.done == total {
             let dim = self.model.config.args.dim;
@@ -470,18 +533,18 @@ impl<T: Tensor> Generation<'_, T> {
         let dim = m.config.args.dim;
 
         let started = Instant::now();
-        let inputs: Vec<T> = active
+        let fed: Vec<&[u32]> = active
             .iter()
-            .filter_map(|g| g.frames.last().map(|f| m.embed_frame(f)))
+            .filter_map(|g| g.frames.last().map(Vec::as_slice))
             .collect();
-        if !inputs.is_empty() {
-            let x = T::cat(&inputs.iter().collect::<Vec<_>>(), 0);
-            let mut caches: Vec<&mut KvCache<T>> = active
+        if !fed.is_empty() {
+            let x = m.embed_frames(&fed);
+            let mut slots: Vec<&mut KvSlot> = active
                 .iter_mut()
                 .filter(|g| !g.frames.is_empty())
-                .map(|g| &mut g.cache)
+                .map(|g| &mut g.slot)
                 .collect();
-            let hidden = m.backbone.forward(&x, &mut caches);
+            let hidden = m.backbone.forward(&x, &mut m.kv.borrow_mut(), &mut slots);
             let elapsed = started.elapsed();
             let feeding = active.iter_mut().filter(|g| !g.frames.is_empty());
             for (row, g) in feeding.enumerate() {
@@ -552,12 +615,18 @@ impl<T: Tensor> Generation<'_, T> {
         let pcm = self.model.decode(&self.frames)?;
         self.times.codec += started.elapsed();
         Ok(Synthesis {
-            prompt_ids: self.prompt_ids,
-            codes: self.frames,
+            prompt_ids: std::mem::take(&mut self.prompt_ids),
+            codes: std::mem::take(&mut self.frames),
             stop: self.stop.expect("finished"),
             pcm,
             times: self.times,
         })
+    }
+}
+
+impl<T: Tensor> Drop for Generation<'_, T> {
+    fn drop(&mut self) {
+        self.model.kv.borrow_mut().release(&self.slot);
     }
 }
 

@@ -65,9 +65,8 @@ pub struct Prompter {
     pub special: SpecialIds,
     /// Rows of each preset voice.
     pub(super) voice_rows: BTreeMap<String, usize>,
+    /// A KV slot's positions (at most the model's).
     pub(super) max_positions: usize,
-    /// KV-cache bytes per position, all layers.
-    pub(super) kv_bytes_per_position: usize,
 }
 
 impl Prompter {
@@ -98,9 +97,5 @@ impl SpeechPreparer for Prompter {
 
     fn max_positions(&self) -> usize {
         self.max_positions
-    }
-
-    fn session_bytes(&self, positions: usize) -> usize {
-        positions * self.kv_bytes_per_position
     }
 }
