@@ -178,26 +178,25 @@ impl<T: Tensor> FlowHead<T> {
             .to_dtype(DType::F32)
             .linear(&self.semantic_out)
             .add(&self.semantic_mask);
-        let semantic = logits.argmax_last();
-        let acoustic = self.acoustic(hidden, noise);
+        // Semantic ids as f32 (exact below 2^24) beside the acoustic levels: the frame's
+        // codes come to the host in one read, the step's only synchronisation.
+        let semantic = logits.argmax_last().to_dtype(DType::F32).reshape(&[b, 1]);
+        let codes = T::cat(&[&semantic, &self.acoustic(hidden, noise)], 1);
         // One evaluation per frame (lazy backends): both heads and every Euler step.
-        T::eval(&[&semantic, &acoustic]);
-        let (semantic, acoustic) = (semantic.to_vec_i64(), acoustic.to_vec_f32());
-        (0..b)
-            .map(|r| {
-                let mut frame = Vec::with_capacity(1 + self.n_acoustic);
-                frame.push(semantic[r] as u32);
-                let ended = semantic[r] as u32 == END_AUDIO_CODE;
-                for c in 0..self.n_acoustic {
-                    // An END frame carries EMPTY acoustic codes, as in the reference.
-                    let level = if ended {
-                        0
-                    } else {
-                        acoustic[r * self.n_acoustic + c] as u32
-                    };
-                    frame.push(level + NUM_AUDIO_SPECIAL_CODES as u32);
-                }
-                frame
+        T::eval(&[&codes]);
+        let codes = codes.to_vec_f32();
+        codes
+            .chunks_exact(1 + self.n_acoustic)
+            .map(|row| {
+                let semantic = row[0] as u32;
+                // An END frame carries EMPTY acoustic codes, as in the reference.
+                let ended = semantic == END_AUDIO_CODE;
+                let acoustic = row[1..]
+                    .iter()
+                    .map(|&level| if ended { 0 } else { level as u32 });
+                std::iter::once(semantic)
+                    .chain(acoustic.map(|level| level + NUM_AUDIO_SPECIAL_CODES as u32))
+                    .collect()
             })
             .collect()
     }
