@@ -319,7 +319,8 @@ fn the_kv_budget_bounds_each_slot() {
 
     let short = Voxtral::<TchTensor>::load_for(&dir, &cpu, dtype, &options(needed - 1)).unwrap();
     let err = short.start(req).err().expect("one position short");
-    assert!(err.to_string().contains("exceeds the model's"), "{err}");
+    let limit = format!("exceeds the {} positions", needed - 1);
+    assert!(err.to_string().contains(&limit), "{err}");
     // Every slot taken: the next generation is refused, and runs once one is given back.
     let held: Vec<Generation<'_, TchTensor>> = (0..4)
         .map(|_| exact.start(&requests()[2]).unwrap())

@@ -52,7 +52,7 @@ pub enum PrepareError {
     EmptyText,
     #[error("max_frames must be between 1 and {max}, got {got}")]
     MaxFrames { got: usize, max: usize },
-    #[error("a segment's prompt of {prompt} tokens plus {frames} frames exceeds the model's {max} positions; lower max_frames or segment_chars")]
+    #[error("a segment's prompt of {prompt} tokens plus {frames} frames exceeds the {max} positions a request may use (a KV slot's); lower max_frames or segment_chars")]
     TooLong {
         prompt: usize,
         frames: usize,
