@@ -499,7 +499,7 @@ def run_case(tts, rec, spec, case, ref):
     return record, {f"{case['name']}.{k}": v.contiguous() for k, v in tensors.items()}
 
 
-def cases_for(model_type, size):
+def cases_for(model_type):
     wav = {"wav": True}
     if model_type == "custom_voice":
         instruct = {"instruct": INSTRUCT}
@@ -586,7 +586,7 @@ def main():
     model_type = tts.model.tts_model_type
 
     records, tensors = [], {}
-    for case in cases_for(model_type, tts.model.tts_model_size):
+    for case in cases_for(model_type):
         record, t = run_case(tts, rec, spec, case, ref)
         records.append(record)
         tensors.update(t)
