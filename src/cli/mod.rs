@@ -8,7 +8,7 @@ mod serve;
 mod synth;
 
 #[cfg(feature = "testmodel")]
-use crate::testmodel::{make_test_model, Preset};
+use crate::testmodel::{make_any_test_model, AnyPreset};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -50,7 +50,7 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
         #[arg(long, value_enum)]
-        preset: Preset,
+        preset: AnyPreset,
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
@@ -77,7 +77,7 @@ pub fn main() -> ExitCode {
         Command::Load(args) => load::run(args),
         Command::Download(args) => download::run(args),
         #[cfg(feature = "testmodel")]
-        Command::MakeTestModel { out, preset, seed } => make_test_model(&out, preset, seed),
+        Command::MakeTestModel { out, preset, seed } => make_any_test_model(&out, preset, seed),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

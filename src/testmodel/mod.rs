@@ -1,13 +1,19 @@
-//! Random checkpoints in the exact published layout (`make-test-model`): params.json,
-//! bf16 consolidated.safetensors with the real key names, a small valid tekken.json, and the
-//! voices as both PyTorch-zip `.pt` and `.safetensors`. Deterministic per seed: every tensor
-//! draws from its own stream, seeded by the run seed and the tensor's key.
+//! Random checkpoints in the exact published layout (`make-test-model`). Voxtral (here):
+//! params.json, bf16 consolidated.safetensors with the real key names, a small valid
+//! tekken.json, and the voices as both PyTorch-zip `.pt` and `.safetensors`. Qwen3-TTS:
+//! [`qwen3_tts`]. Deterministic per seed: every tensor draws from its own stream, seeded by the
+//! run seed and the tensor's key.
 //!
 //! Behind the cargo feature `testmodel` (on by default): the production library does not
 //! need it.
 
+mod qwen3_tts;
 mod tekken;
 
+pub use qwen3_tts::{
+    cached_test_model as cached_qwen3_test_model, make_test_model as make_qwen3_test_model,
+    Qwen3Preset,
+};
 #[cfg(test)]
 pub(crate) use tekken::generated as generated_tekken;
 pub use tekken::write_test_tekken;
@@ -15,12 +21,14 @@ pub use tekken::write_test_tekken;
 use crate::models::voxtral_tts::params::{Config, ModelArgs};
 use crate::models::voxtral_tts::voices::VOICE_DIR;
 use anyhow::{Context, Result};
+use clap::ValueEnum;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
 /// The 20 preset voices of the published model, in params.json order.
 pub const PRESET_VOICES: [&str; 20] = [
@@ -202,6 +210,60 @@ enum Init {
     Linear(usize),
     /// Uniform in `[center - spread, center + spread]`.
     Around(f32, f32),
+    /// `Linear(fan_in)` times `gain`.
+    Gain(usize, f32),
+    /// `Linear(fan_in)` over rows of `cols` values, except row `row`, `gain` times wider: a
+    /// head row whose logit must stand out now and then (an end token).
+    LoudRow {
+        fan_in: usize,
+        cols: usize,
+        row: usize,
+        gain: f32,
+    },
+}
+
+impl Init {
+    /// Center and half-width of the value at flat index `index`.
+    fn range(self, index: usize) -> (f32, f32) {
+        let linear = |fan_in: usize| (3.0 / fan_in as f32).sqrt();
+        match self {
+            Init::Linear(fan_in) => (0.0, linear(fan_in)),
+            Init::Around(center, spread) => (center, spread),
+            Init::Gain(fan_in, gain) => (0.0, gain * linear(fan_in)),
+            Init::LoudRow {
+                fan_in,
+                cols,
+                row,
+                gain,
+            } => {
+                let a = linear(fan_in);
+                (0.0, if index / cols == row { gain * a } else { a })
+            }
+        }
+    }
+}
+
+/// How a file stores its values.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stored {
+    Bf16,
+    F32,
+}
+
+impl Stored {
+    fn name(self) -> &'static str {
+        match self {
+            Stored::Bf16 => "BF16",
+            Stored::F32 => "F32",
+        }
+    }
+
+    fn size(self) -> usize {
+        match self {
+            Stored::Bf16 => 2,
+            Stored::F32 => 4,
+        }
+    }
 }
 
 struct Spec {
@@ -413,28 +475,30 @@ fn rng_for(seed: u64, key: &str) -> rand_chacha::ChaCha8Rng {
     rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ fnv1a(key))
 }
 
-/// Streams `n` bf16 values drawn per `init` into `out`.
+/// Streams `n` values drawn per `init` into `out`, stored as `stored`.
 fn write_values(
     out: &mut impl Write,
     rng: &mut impl Rng,
     n: usize,
     init: Init,
+    stored: Stored,
 ) -> std::io::Result<()> {
-    let (center, spread) = match init {
-        Init::Linear(fan_in) => (0.0, (3.0 / fan_in as f32).sqrt()),
-        Init::Around(c, s) => (c, s),
-    };
-    let mut buf = Vec::with_capacity(1 << 16);
-    let mut left = n;
-    while left > 0 {
-        let chunk = left.min(1 << 15);
+    let mut buf = Vec::with_capacity(1 << 17);
+    let mut done = 0;
+    while done < n {
+        let chunk = (n - done).min(1 << 15);
         buf.clear();
-        for _ in 0..chunk {
+        for index in done..done + chunk {
+            let (center, spread) = init.range(index);
             let u: f32 = rng.random::<f32>() * 2.0 - 1.0;
-            buf.extend_from_slice(&half::bf16::from_f32(center + spread * u).to_le_bytes());
+            let value = center + spread * u;
+            match stored {
+                Stored::Bf16 => buf.extend_from_slice(&half::bf16::from_f32(value).to_le_bytes()),
+                Stored::F32 => buf.extend_from_slice(&value.to_le_bytes()),
+            }
         }
         out.write_all(&buf)?;
-        left -= chunk;
+        done += chunk;
     }
     Ok(())
 }
@@ -444,16 +508,17 @@ fn write_safetensors(
     path: &Path,
     specs: &[Spec],
     seed: u64,
+    stored: Stored,
     progress: &indicatif::ProgressBar,
 ) -> Result<()> {
     let mut header = serde_json::Map::new();
     header.insert("__metadata__".into(), json!({"format": "pt"}));
     let mut offset = 0usize;
     for s in specs {
-        let bytes = s.shape.iter().product::<usize>() * 2;
+        let bytes = s.shape.iter().product::<usize>() * stored.size();
         header.insert(
             s.key.clone(),
-            json!({"dtype": "BF16", "shape": s.shape, "data_offsets": [offset, offset + bytes]}),
+            json!({"dtype": stored.name(), "shape": s.shape, "data_offsets": [offset, offset + bytes]}),
         );
         offset += bytes;
     }
@@ -469,8 +534,8 @@ fn write_safetensors(
     progress.set_length(offset as u64);
     for s in specs {
         let n = s.shape.iter().product();
-        write_values(&mut out, &mut rng_for(seed, &s.key), n, s.init)?;
-        progress.inc(n as u64 * 2);
+        write_values(&mut out, &mut rng_for(seed, &s.key), n, s.init, stored)?;
+        progress.inc((n * stored.size()) as u64);
     }
     out.flush()?;
     Ok(())
@@ -549,39 +614,85 @@ fn write_voice_safetensors(path: &Path, rows: usize, dim: usize, data: &[u8]) ->
 impl Preset {
     /// The name used on the command line (`tiny`, `tiny-odd`, `mid`, `full`).
     pub fn name(self) -> String {
-        clap::ValueEnum::to_possible_value(&self)
+        self.to_possible_value()
             .expect("no skipped variants")
             .get_name()
             .to_string()
     }
 }
 
-/// A random checkpoint under `target/test-models/<preset>-<seed>`, made on first use. Made in a
-/// temporary folder and renamed into place, so concurrent callers never see a partial one.
-pub fn cached_test_model(preset: Preset, seed: u64) -> Result<std::path::PathBuf> {
+/// A random checkpoint under `target/test-models/<preset>-<seed>`, made on first use.
+pub fn cached_test_model(preset: Preset, seed: u64) -> Result<PathBuf> {
+    cached_folder(&preset.name(), seed, "consolidated.safetensors", |dir| {
+        make_test_model(dir, preset, seed)
+    })
+}
+
+/// The folder `target/test-models/<name>-<seed>`, made by `make` unless it holds `last_file`
+/// (the last file `make` writes). Made in a temporary folder and renamed into place, so
+/// concurrent callers never see a partial one.
+fn cached_folder(
+    name: &str,
+    seed: u64,
+    last_file: &str,
+    make: impl Fn(&Path) -> Result<()>,
+) -> Result<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-models");
-    let dir = root.join(format!("{}-{seed}", preset.name()));
-    if dir.join("consolidated.safetensors").exists() {
+    let dir = root.join(format!("{name}-{seed}"));
+    if dir.join(last_file).exists() {
         return Ok(dir);
     }
     // Unique per caller: tests of one process make the same checkpoint from several threads.
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = root.join(format!(
-        ".{}-{seed}.{}.{call}",
-        preset.name(),
-        std::process::id()
-    ));
+    let tmp = root.join(format!(".{name}-{seed}.{}.{call}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
-    make_test_model(&tmp, preset, seed)?;
+    make(&tmp)?;
     match std::fs::rename(&tmp, &dir) {
         Ok(()) => Ok(dir),
         // Another process finished first: theirs is identical (deterministic per seed).
-        Err(_) if dir.join("consolidated.safetensors").exists() => {
+        Err(_) if dir.join(last_file).exists() => {
             let _ = std::fs::remove_dir_all(&tmp);
             Ok(dir)
         }
         Err(e) => Err(e).with_context(|| format!("moving {} into place", dir.display())),
+    }
+}
+
+/// A `make-test-model` preset of either model family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AnyPreset {
+    Voxtral(Preset),
+    Qwen3(Qwen3Preset),
+}
+
+impl clap::ValueEnum for AnyPreset {
+    fn value_variants<'a>() -> &'a [Self] {
+        static ALL: LazyLock<Vec<AnyPreset>> = LazyLock::new(|| {
+            let voxtral = Preset::value_variants()
+                .iter()
+                .map(|&p| AnyPreset::Voxtral(p));
+            let qwen3 = Qwen3Preset::value_variants()
+                .iter()
+                .map(|&p| AnyPreset::Qwen3(p));
+            voxtral.chain(qwen3).collect()
+        });
+        &ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        match self {
+            AnyPreset::Voxtral(p) => p.to_possible_value(),
+            AnyPreset::Qwen3(p) => p.to_possible_value(),
+        }
+    }
+}
+
+/// Writes a complete random model folder of either family to `out`.
+pub fn make_any_test_model(out: &Path, preset: AnyPreset, seed: u64) -> Result<()> {
+    match preset {
+        AnyPreset::Voxtral(p) => make_test_model(out, p, seed),
+        AnyPreset::Qwen3(p) => qwen3_tts::make_test_model(out, p, seed),
     }
 }
 
@@ -623,6 +734,7 @@ pub fn make_test_model(out: &Path, preset: Preset, seed: u64) -> Result<()> {
             &mut rng_for(seed, &format!("voice.{name}")),
             n * d.dim,
             Init::Around(0.0, 1.0),
+            Stored::Bf16,
         )?;
         write_voice_pt(
             &out.join(VOICE_DIR).join(format!("{name}.pt")),
@@ -651,6 +763,7 @@ pub fn make_test_model(out: &Path, preset: Preset, seed: u64) -> Result<()> {
         &out.join("consolidated.safetensors"),
         &specs(&cfg, &d),
         seed,
+        Stored::Bf16,
         &progress,
     )?;
     progress.finish_and_clear();
