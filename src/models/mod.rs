@@ -7,6 +7,7 @@
 //! `SpeechPreparer`) implementation, and a line in [`Family`] and [`load_tts`].
 
 pub mod qwen3_tts;
+pub mod voxtral_realtime;
 pub mod voxtral_tts;
 
 use crate::engine::{EngineOptions, WithEngine};

@@ -9,6 +9,7 @@
 
 mod qwen3_tts;
 mod tekken;
+mod voxtral_realtime;
 
 pub use qwen3_tts::{
     cached_test_model as cached_qwen3_test_model, make_test_model as make_qwen3_test_model,
@@ -66,6 +67,8 @@ pub enum Preset {
     Mid,
     /// The published sizes (~8 GB): for benchmarks.
     Full,
+    /// Voxtral Realtime (speech to text), small dims, real layout and audio constants.
+    SttTiny,
 }
 
 struct Dims {
@@ -88,8 +91,10 @@ struct Dims {
 }
 
 impl Preset {
-    fn dims(self) -> Dims {
-        match self {
+    /// The sizes of a Voxtral TTS preset; `None` for the speech-to-text one.
+    fn dims(self) -> Option<Dims> {
+        Some(match self {
+            Preset::SttTiny => return None,
             Preset::Tiny => Dims {
                 dim: 64,
                 layers: 2,
@@ -162,7 +167,7 @@ impl Preset {
                 merges: 2000,
                 voice_rows: (100, 300),
             },
-        }
+        })
     }
 }
 
@@ -612,7 +617,7 @@ fn write_voice_safetensors(path: &Path, rows: usize, dim: usize, data: &[u8]) ->
 }
 
 impl Preset {
-    /// The name used on the command line (`tiny`, `tiny-odd`, `mid`, `full`).
+    /// The name used on the command line (`tiny`, `tiny-odd`, `mid`, `full`, `stt-tiny`).
     pub fn name(self) -> String {
         self.to_possible_value()
             .expect("no skipped variants")
@@ -698,7 +703,9 @@ pub fn make_any_test_model(out: &Path, preset: AnyPreset, seed: u64) -> Result<(
 
 /// Writes a complete random model folder to `out`.
 pub fn make_test_model(out: &Path, preset: Preset, seed: u64) -> Result<()> {
-    let d = preset.dims();
+    let Some(d) = preset.dims() else {
+        return voxtral_realtime::make_stt_test_model(out, seed);
+    };
     std::fs::create_dir_all(out.join(VOICE_DIR))
         .with_context(|| format!("creating {}", out.display()))?;
     // The full preset keeps the published embedding table size; its tokenizer uses a prefix.
@@ -776,7 +783,7 @@ mod tests {
 
     #[test]
     fn full_preset_has_the_published_tensor_count_and_sizes() {
-        let d = Preset::Full.dims();
+        let d = Preset::Full.dims().unwrap();
         let args: ModelArgs = serde_json::from_value(params_json(&d, 131_072)).unwrap();
         let cfg = Config::from_args(args, "params.json").unwrap();
         let specs = specs(&cfg, &d);

@@ -87,11 +87,11 @@ struct GenAudio<'a> {
 }
 
 #[derive(serde::Serialize)]
-struct GenFile<'a> {
+struct GenFile<'a, A> {
     config: GenConfig<'a>,
     vocab: Vec<GenVocabEntry>,
     special_tokens: Vec<GenSpecialEntry>,
-    audio: GenAudio<'a>,
+    audio: A,
 }
 
 /// Learns `num_merges` merged tokens (byte strings, in rank order after the 256 bytes):
@@ -178,6 +178,29 @@ pub fn write_test_tekken(
     num_merges: usize,
     voices: &BTreeMap<String, usize>,
 ) -> std::io::Result<()> {
+    let audio = GenAudio {
+        sampling_rate: 24000,
+        frame_rate: 12.5,
+        audio_encoding_config: GenEncodingConfig {
+            num_mel_bins: 128,
+            hop_length: 160,
+            window_size: 400,
+        },
+        chunk_length_s: None,
+        voice_num_audio_tokens: voices,
+    };
+    write_tekken(path, num_merges, &TEST_SPECIAL_TOKENS, &audio)
+}
+
+/// Writes a v7 `tekken.json` like [`write_test_tekken`]'s, with `specials` named at their
+/// ranks (the others `<SPECIAL_N>` or mistral-common's deprecated defaults) and `audio` as
+/// the file's `audio` section.
+pub(crate) fn write_tekken(
+    path: &Path,
+    num_merges: usize,
+    specials: &[(usize, &str)],
+    audio: &impl serde::Serialize,
+) -> std::io::Result<()> {
     const NUM_SPECIAL: usize = 1000;
     let b64 = base64::engine::general_purpose::STANDARD;
 
@@ -197,7 +220,7 @@ pub fn write_test_tekken(
     for (rank, name) in DEPRECATED_SPECIAL_TOKENS.iter().enumerate() {
         names[rank] = name.to_string();
     }
-    for (rank, name) in TEST_SPECIAL_TOKENS {
+    for &(rank, name) in specials {
         names[rank] = name.to_string();
     }
     let special_tokens = names
@@ -220,17 +243,7 @@ pub fn write_test_tekken(
         },
         vocab,
         special_tokens,
-        audio: GenAudio {
-            sampling_rate: 24000,
-            frame_rate: 12.5,
-            audio_encoding_config: GenEncodingConfig {
-                num_mel_bins: 128,
-                hop_length: 160,
-                window_size: 400,
-            },
-            chunk_length_s: None,
-            voice_num_audio_tokens: voices,
-        },
+        audio,
     };
     let json = serde_json::to_vec_pretty(&file).map_err(std::io::Error::other)?;
     std::fs::write(path, json)

@@ -1,0 +1,111 @@
+//! The causal audio encoder (spec §3): the conv stem, then pre-norm transformer layers over
+//! the conv frames (RMSNorm, biased q/v/o without a k bias, interleaved RoPE at the frame's
+//! absolute position, causal attention within a sliding window, biased SwiGLU), then the final
+//! norm.
+
+use super::conv_stem::ConvStem;
+use super::ops::sliding_window_bias;
+use super::params::Config;
+use crate::nn::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
+use crate::nn::LoadError;
+use crate::tensor::Tensor;
+
+struct EncoderLayer<T> {
+    attention_norm: RmsNorm<T>,
+    attention: AttentionProj<T>,
+    /// Biases `[1, 1, width]` of wq, wv, wo (the checkpoint has none for wk).
+    q_bias: T,
+    v_bias: T,
+    o_bias: T,
+    ffn_norm: RmsNorm<T>,
+    feed_forward: FeedForward<T>,
+    /// `[1, 1, dim]`.
+    w2_bias: T,
+}
+
+fn bias<T: Tensor>(l: &Loader<T>, key: &str, len: usize) -> Result<T, LoadError> {
+    Ok(l.tensor(key, &[len])?.reshape(&[1, 1, len]))
+}
+
+impl<T: Tensor> EncoderLayer<T> {
+    fn load(l: &Loader<T>, c: &Config) -> Result<Self, LoadError> {
+        let e = &c.encoder;
+        let width = e.n_heads * e.head_dim;
+        Ok(EncoderLayer {
+            attention_norm: RmsNorm::load(l, "attention_norm.weight", e.dim, e.norm_eps)?,
+            attention: AttentionProj::load(
+                l,
+                "attention",
+                e.dim,
+                e.n_heads,
+                e.n_heads,
+                e.head_dim,
+            )?,
+            q_bias: bias(l, "attention.wq.bias", width)?,
+            v_bias: bias(l, "attention.wv.bias", width)?,
+            o_bias: bias(l, "attention.wo.bias", e.dim)?,
+            ffn_norm: RmsNorm::load(l, "ffn_norm.weight", e.dim, e.norm_eps)?,
+            feed_forward: FeedForward::load(l, "feed_forward", e.dim, e.hidden_dim)?,
+            w2_bias: bias(l, "feed_forward.w2.bias", e.dim)?,
+        })
+    }
+
+    /// `x` `[1, frames, dim]` at positions `start..`; `mask` the frames' window bias.
+    fn forward(&self, x: &T, rope: &T::Rope, start: usize, mask: &T) -> T {
+        let a = &self.attention;
+        let h = self.attention_norm.forward(x);
+        let (q, k, v) = a.qkv(&h);
+        let q = a
+            .split_heads(&q.add(&self.q_bias), a.n_heads)
+            .rope_interleaved(rope, start);
+        let k = a.split_heads(&k, a.n_heads).rope_interleaved(rope, start);
+        let v = a.split_heads(&v.add(&self.v_bias), a.n_heads);
+        let attended = T::attention(&q, &k, &v, Some(mask), false, a.scale());
+        let x = x.add(&a.merge_heads(&attended).add(&self.o_bias));
+        let h = self
+            .feed_forward
+            .forward(&self.ffn_norm.forward(&x))
+            .add(&self.w2_bias);
+        x.add(&h)
+    }
+}
+
+pub struct Encoder<T: Tensor> {
+    pub stem: ConvStem<T>,
+    layers: Vec<EncoderLayer<T>>,
+    norm: RmsNorm<T>,
+    rope: T::Rope,
+    window: Option<usize>,
+    device: T::Device,
+}
+
+impl<T: Tensor> Encoder<T> {
+    /// `l` scoped at `mm_streams_embeddings.embedding_module.whisper_encoder.`; RoPE covers
+    /// frames `0..max_frames`.
+    pub fn load(l: &Loader<T>, c: &Config, max_frames: usize) -> Result<Self, LoadError> {
+        let e = &c.encoder;
+        let layers = (0..e.n_layers)
+            .map(|i| EncoderLayer::load(&l.scoped(&format!("transformer.layers.{i}.")), c))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Encoder {
+            stem: ConvStem::load(l, c.mel.num_mel_bins, e.dim)?,
+            layers,
+            norm: RmsNorm::load(l, "transformer.norm.weight", e.dim, e.norm_eps)?,
+            rope: T::rope_table(l.device, max_frames, e.head_dim, e.rope_theta),
+            window: e.sliding_window,
+            device: l.device.clone(),
+        })
+    }
+
+    /// The transformer over conv frames `[1, frames, dim]` that start at frame 0, each
+    /// attending to itself and the frames before it within the window; ends with the final
+    /// norm.
+    pub fn transformer(&self, frames: &T) -> T {
+        let len = frames.shape()[1];
+        let mask = sliding_window_bias::<T>(&self.device, len, self.window, frames.dtype());
+        let x = self.layers.iter().fold(frames.clone(), |x, layer| {
+            layer.forward(&x, &self.rope, 0, &mask)
+        });
+        self.norm.forward(&x)
+    }
+}

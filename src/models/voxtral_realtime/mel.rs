@@ -1,0 +1,258 @@
+//! The log-mel front end, as vLLM 0.33's `compute_whisper_melspec` computes it (spec §2), on
+//! the host: `torch.stft(n_fft, hop, periodic Hann, center=True, reflect)` without its last
+//! frame, power `|X|²`, the Slaney filterbank of mistral-common (`mel_filter_bank`, float64
+//! then float32), `log10(max(mel, 1e-10))`, the floor `max(·, log_mel_max − 8)` and
+//! `(x + 4) / 4`.
+//!
+//! Inputs, window, filters and outputs are f32 as in the reference; the FFT and the filterbank
+//! sums run in f64 and are rounded once, so that this side adds no rounding of its own. What
+//! is left is the reference's f32 FFT rounding: a band that reads a single FFT bin whose power
+//! is ~1e-9 of the frame's peak comes out up to ~3e-5 off the exact value there (measured in
+//! tools/goldens/voxtral_realtime; `case.json` records it for the golden signal).
+
+use super::params::MelSettings;
+use realfft::{RealFftPlanner, RealToComplex};
+use std::sync::Arc;
+
+/// Mel frames, frame-major: `data[t * num_mel_bins + m]` (the `[time, channels]` layout the
+/// conv stem reads).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogMel {
+    pub frames: usize,
+    pub num_mel_bins: usize,
+    pub data: Vec<f32>,
+}
+
+impl LogMel {
+    /// Mel `m` of frame `t`.
+    pub fn at(&self, t: usize, m: usize) -> f32 {
+        self.data[t * self.num_mel_bins + m]
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum MelError {
+    #[error("{samples} samples is too short for the mel front end: it needs more than {min}")]
+    TooShort { samples: usize, min: usize },
+}
+
+pub struct MelFrontEnd {
+    settings: MelSettings,
+    window: Vec<f32>,
+    /// `[bins][mels]`, as mistral-common returns it.
+    filters: Vec<f32>,
+    fft: Arc<dyn RealToComplex<f64>>,
+}
+
+impl MelFrontEnd {
+    pub fn new(settings: &MelSettings) -> Self {
+        let n_fft = settings.n_fft;
+        let bins = n_fft / 2 + 1;
+        MelFrontEnd {
+            window: periodic_hann(n_fft),
+            filters: slaney_mel_filters(bins, settings.num_mel_bins, settings.sample_rate),
+            fft: RealFftPlanner::<f64>::new().plan_fft_forward(n_fft),
+            settings: settings.clone(),
+        }
+    }
+
+    /// Log-mel features of mono audio at the model's rate: `len / hop` frames, frame `t`
+    /// centred on sample `t * hop`.
+    pub fn compute(&self, audio: &[f32]) -> Result<LogMel, MelError> {
+        let s = &self.settings;
+        let (n_fft, hop, n_mels) = (s.n_fft, s.hop_length, s.num_mel_bins);
+        let half = n_fft / 2;
+        // torch's reflect pad needs fewer pad samples than input samples.
+        if audio.len() <= half {
+            return Err(MelError::TooShort {
+                samples: audio.len(),
+                min: half,
+            });
+        }
+        let padded = reflect_pad(audio, half);
+        let bins = half + 1;
+        let frames = audio.len() / hop;
+        let mut input = self.fft.make_input_vec();
+        let mut spectrum = self.fft.make_output_vec();
+        let mut scratch = self.fft.make_scratch_vec();
+        let mut power = vec![0f32; bins];
+        let mut sums = vec![0f64; n_mels];
+        let mut mel = Vec::with_capacity(frames * n_mels);
+        for t in 0..frames {
+            let frame = &padded[t * hop..t * hop + n_fft];
+            for ((x, &sample), &w) in input.iter_mut().zip(frame).zip(&self.window) {
+                // The windowed frame in f32, as the reference forms it.
+                *x = (sample * w) as f64;
+            }
+            self.fft
+                .process_with_scratch(&mut input, &mut spectrum, &mut scratch)
+                .unwrap_or_else(|_| unreachable!("buffers come from the plan"));
+            for (p, c) in power.iter_mut().zip(&spectrum) {
+                *p = c.norm_sqr() as f32;
+            }
+            sums.fill(0.0);
+            for (&p, filters) in power.iter().zip(self.filters.chunks_exact(n_mels)) {
+                for (sum, &f) in sums.iter_mut().zip(filters) {
+                    *sum += f as f64 * p as f64;
+                }
+            }
+            mel.extend(sums.iter().map(|&sum| (sum as f32).max(1e-10).log10()));
+        }
+        let ceiling = match s.global_log_mel_max {
+            Some(max) => max as f32,
+            None => mel.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+        };
+        let floor = ceiling - 8.0;
+        for v in mel.iter_mut() {
+            *v = (v.max(floor) + 4.0) / 4.0;
+        }
+        Ok(LogMel {
+            frames,
+            num_mel_bins: n_mels,
+            data: mel,
+        })
+    }
+}
+
+/// `torch.hann_window(n)` (periodic) as ATen computes it, in f32:
+/// `cos(i · f32(2π / n)) · −0.5 + 0.5`.
+fn periodic_hann(n: usize) -> Vec<f32> {
+    let step = (2.0 * std::f64::consts::PI / n as f64) as f32;
+    (0..n)
+        .map(|i| (i as f32 * step).cos() * -0.5 + 0.5)
+        .collect()
+}
+
+/// `audio` with `pad` samples mirrored at each end, the edge sample not repeated.
+fn reflect_pad(audio: &[f32], pad: usize) -> Vec<f32> {
+    let n = audio.len();
+    let mut out = Vec::with_capacity(n + 2 * pad);
+    out.extend((1..=pad).rev().map(|i| audio[i]));
+    out.extend_from_slice(audio);
+    out.extend((1..=pad).map(|i| audio[n - 1 - i]));
+    out
+}
+
+/// Slaney mel scale (librosa's, as mistral-common uses it): linear below 1 kHz, logarithmic
+/// above.
+fn hz_to_mel(hz: f64) -> f64 {
+    const MIN_LOG_HZ: f64 = 1000.0;
+    const MIN_LOG_MEL: f64 = 15.0;
+    if hz >= MIN_LOG_HZ {
+        MIN_LOG_MEL + (hz / MIN_LOG_HZ).ln() * (27.0 / 6.4f64.ln())
+    } else {
+        3.0 * hz / 200.0
+    }
+}
+
+fn mel_to_hz(mel: f64) -> f64 {
+    const MIN_LOG_HZ: f64 = 1000.0;
+    const MIN_LOG_MEL: f64 = 15.0;
+    if mel >= MIN_LOG_MEL {
+        MIN_LOG_HZ * ((6.4f64.ln() / 27.0) * (mel - MIN_LOG_MEL)).exp()
+    } else {
+        200.0 * mel / 3.0
+    }
+}
+
+/// mistral-common's `mel_filter_bank(bins, mels, 0 Hz, 8000 Hz, rate)` with Slaney area
+/// normalisation, computed in f64 and rounded to f32: `[bins][mels]`.
+fn slaney_mel_filters(bins: usize, mels: usize, sample_rate: u32) -> Vec<f32> {
+    let (min_mel, max_mel) = (hz_to_mel(0.0), hz_to_mel(8000.0));
+    // np.linspace(min, max, mels + 2)
+    let step = (max_mel - min_mel) / (mels + 1) as f64;
+    let filter_hz: Vec<f64> = (0..mels + 2)
+        .map(|i| {
+            let mel = if i == mels + 1 {
+                max_mel
+            } else {
+                min_mel + i as f64 * step
+            };
+            mel_to_hz(mel)
+        })
+        .collect();
+    // np.linspace(0, rate // 2, bins)
+    let nyquist = (sample_rate / 2) as f64;
+    let fft_hz: Vec<f64> = (0..bins)
+        .map(|k| {
+            if k + 1 == bins {
+                nyquist
+            } else {
+                k as f64 * (nyquist / (bins - 1) as f64)
+            }
+        })
+        .collect();
+    let mut filters = vec![0f32; bins * mels];
+    for (k, &f) in fft_hz.iter().enumerate() {
+        for m in 0..mels {
+            let down = -(filter_hz[m] - f) / (filter_hz[m + 1] - filter_hz[m]);
+            let up = (filter_hz[m + 2] - f) / (filter_hz[m + 2] - filter_hz[m + 1]);
+            let enorm = 2.0 / (filter_hz[m + 2] - filter_hz[m]);
+            filters[k * mels + m] = (0f64.max(down.min(up)) * enorm) as f32;
+        }
+    }
+    filters
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn front_end() -> MelFrontEnd {
+        MelFrontEnd::new(&MelSettings {
+            sample_rate: 16000,
+            n_fft: 400,
+            hop_length: 160,
+            num_mel_bins: 128,
+            global_log_mel_max: Some(1.5),
+        })
+    }
+
+    #[test]
+    fn digital_silence_is_the_floor_and_frames_are_len_over_hop() {
+        let mel = front_end().compute(&[0.0; 1601]).unwrap();
+        assert_eq!((mel.frames, mel.num_mel_bins), (10, 128));
+        assert!(mel.data.iter().all(|&v| v == -0.625));
+    }
+
+    #[test]
+    fn a_tone_peaks_in_the_bands_of_its_bin() {
+        // 1 kHz is FFT bin 25 at 16 kHz / 400.
+        let tone: Vec<f32> = (0..3200)
+            .map(|i| (2.0 * std::f32::consts::PI * 1000.0 * i as f32 / 16000.0).sin())
+            .collect();
+        let fe = front_end();
+        let mel = fe.compute(&tone).unwrap();
+        let t = 10;
+        let peak = (0..128)
+            .max_by(|&a, &b| mel.at(t, a).total_cmp(&mel.at(t, b)))
+            .unwrap();
+        assert!(fe.filters[25 * 128 + peak] > 0.0, "peak in mel {peak}");
+    }
+
+    #[test]
+    fn audio_shorter_than_the_reflect_pad_is_an_error() {
+        assert_eq!(
+            front_end().compute(&[0.1; 200]),
+            Err(MelError::TooShort {
+                samples: 200,
+                min: 200
+            })
+        );
+    }
+
+    #[test]
+    fn filterbank_matches_mistral_common_shape() {
+        let fe = front_end();
+        // mistral-common: band 49 reads bin 30 alone with weight 0.02352005, band 50 bins 30-31.
+        let band = |m: usize| -> Vec<usize> {
+            (0..201)
+                .filter(|&k| fe.filters[k * 128 + m] > 0.0)
+                .collect()
+        };
+        assert_eq!(band(49), [30]);
+        assert_eq!(band(50), [30, 31]);
+        assert!((fe.filters[30 * 128 + 49] - 0.023_520_05).abs() < 1e-8);
+        assert!((0..128).all(|m| !band(m).is_empty()));
+    }
+}

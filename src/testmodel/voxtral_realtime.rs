@@ -1,0 +1,373 @@
+//! `make-test-model --preset stt-tiny`: a random Voxtral Realtime folder in the exact
+//! published layout (docs/voxtral-realtime-spec.md §1): `params.json` with the real schema,
+//! bf16 `consolidated.safetensors` with the real key names (no `wk` bias, no
+//! `output.weight`), and a `tekken.json` with the real `audio` section and the streaming
+//! specials at their real ranks. Only widths and depths shrink; every audio front-end and
+//! streaming constant keeps its real value, and the attention windows are small so that short
+//! audio crosses them.
+
+use super::tekken::write_tekken;
+use super::{write_safetensors, Init, Spec};
+use anyhow::Result;
+use serde_json::json;
+use std::path::Path;
+
+/// Special tokens at their ranks in the published tokenizer; the prompt needs `<s>` (1) and
+/// `[STREAMING_PAD]` (32), decoding stops on `</s>` (2). `[TRANSCRIBE]` (34) is the rank all
+/// Mistral audio tokenizers share.
+const SPECIAL_TOKENS: [(usize, &str); 5] = [
+    (24, "[AUDIO]"),
+    (25, "[BEGIN_AUDIO]"),
+    (32, "[STREAMING_PAD]"),
+    (33, "[STREAMING_WORD]"),
+    (34, "[TRANSCRIBE]"),
+];
+
+/// Learned merges of the tiny vocabulary: 1000 specials + 256 bytes + 44 = 1300 tokens.
+const MERGES: usize = 44;
+
+/// The sizes that differ between the tiny and the published model.
+pub(super) struct SttDims {
+    pub enc_dim: usize,
+    pub enc_layers: usize,
+    pub enc_heads: usize,
+    pub enc_head_dim: usize,
+    pub enc_hidden: usize,
+    pub enc_window: usize,
+    pub dim: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub hidden: usize,
+    pub window: usize,
+    pub vocab: usize,
+}
+
+/// Encoder attention 4 × 24 = 96 wide over a 64-wide stream (the real one is 2048 over 1280);
+/// decoder GQA 2; windows of 40 encoder frames and 48 positions.
+pub(super) const STT_TINY: SttDims = SttDims {
+    enc_dim: 64,
+    enc_layers: 2,
+    enc_heads: 4,
+    enc_head_dim: 24,
+    enc_hidden: 160,
+    enc_window: 40,
+    dim: 96,
+    layers: 2,
+    heads: 4,
+    kv_heads: 2,
+    head_dim: 32,
+    hidden: 192,
+    window: 48,
+    vocab: 1000 + 256 + MERGES,
+};
+
+/// Mel bins and the adapter's frame stacking keep their real values.
+const NUM_MEL_BINS: usize = 128;
+const DOWNSAMPLE_FACTOR: usize = 4;
+const T_COND_DIM: usize = 32;
+
+fn params_json(d: &SttDims) -> serde_json::Value {
+    // Built in parts: one json! of the whole file exceeds the macro recursion limit.
+    let audio_encoding_args = json!({
+        "sampling_rate": 16000, "frame_rate": 12.5, "num_mel_bins": NUM_MEL_BINS,
+        "hop_length": 160, "window_size": 400, "chunk_length_s": null,
+        "global_log_mel_max": 1.5, "transcription_format": "streaming"
+    });
+    let encoder_args = json!({
+        "dim": d.enc_dim, "n_layers": d.enc_layers, "head_dim": d.enc_head_dim,
+        "hidden_dim": d.enc_hidden, "n_heads": d.enc_heads, "n_kv_heads": d.enc_heads,
+        "use_biases": true, "rope_theta": 1_000_000.0, "causal": true, "norm_eps": 1e-5,
+        "pos_embed": "rope", "ffn_type": "swiglu", "norm_type": "rms_norm",
+        "sliding_window": d.enc_window, "max_source_positions": null,
+        "audio_encoding_args": audio_encoding_args
+    });
+    json!({
+        "dim": d.dim, "n_layers": d.layers, "head_dim": d.head_dim, "hidden_dim": d.hidden,
+        "n_heads": d.heads, "n_kv_heads": d.kv_heads, "use_biases": false, "causal": true,
+        "rope_theta": 1_000_000.0, "norm_eps": 1e-5, "vocab_size": d.vocab,
+        "model_max_length": 131_072, "tied_embeddings": true, "sliding_window": d.window,
+        "ada_rms_norm_t_cond": true, "ada_rms_norm_t_cond_dim": T_COND_DIM,
+        "multimodal": {
+            "whisper_model_args": {
+                "encoder_args": encoder_args,
+                "downsample_args": {"downsample_factor": DOWNSAMPLE_FACTOR}
+            }
+        }
+    })
+}
+
+/// tekken.json's `audio` section, with the published values.
+fn tekken_audio() -> serde_json::Value {
+    json!({
+        "sampling_rate": 16000, "frame_rate": 12.5,
+        "audio_encoding_config": {"num_mel_bins": NUM_MEL_BINS, "hop_length": 160, "window_size": 400},
+        "chunk_length_s": null, "transcription_format": "streaming",
+        "transcription_delay_ms": 480, "streaming_look_ahead_ms": 2.5,
+        "streaming_look_back_ms": 52.5, "streaming_n_left_pad_tokens": 32
+    })
+}
+
+/// Every tensor of the published layout, in file order.
+pub(super) fn specs(d: &SttDims) -> Vec<Spec> {
+    let mut out = Vec::new();
+    let mut push = |key: String, shape: Vec<usize>, init: Init| out.push(Spec { key, shape, init });
+    let norm = Init::Around(1.0, 0.1);
+    let bias = Init::Around(0.0, 0.1);
+    let e = "mm_streams_embeddings.embedding_module.";
+    let w = format!("{e}whisper_encoder.");
+    let (ed, eh) = (d.enc_dim, d.enc_heads * d.enc_head_dim);
+    for (i, input) in [NUM_MEL_BINS, ed].into_iter().enumerate() {
+        let p = format!("{w}conv_layers.{i}.conv");
+        push(
+            format!("{p}.weight"),
+            vec![ed, input, 3],
+            Init::Linear(input * 3),
+        );
+        push(format!("{p}.bias"), vec![ed], bias);
+    }
+    for l in 0..d.enc_layers {
+        let p = format!("{w}transformer.layers.{l}");
+        push(format!("{p}.attention_norm.weight"), vec![ed], norm);
+        push(format!("{p}.ffn_norm.weight"), vec![ed], norm);
+        push(
+            format!("{p}.attention.wq.weight"),
+            vec![eh, ed],
+            Init::Linear(ed),
+        );
+        push(format!("{p}.attention.wq.bias"), vec![eh], bias);
+        // The published checkpoint has no wk bias (vLLM loads a zero one).
+        push(
+            format!("{p}.attention.wk.weight"),
+            vec![eh, ed],
+            Init::Linear(ed),
+        );
+        push(
+            format!("{p}.attention.wv.weight"),
+            vec![eh, ed],
+            Init::Linear(ed),
+        );
+        push(format!("{p}.attention.wv.bias"), vec![eh], bias);
+        push(
+            format!("{p}.attention.wo.weight"),
+            vec![ed, eh],
+            Init::Linear(eh),
+        );
+        push(format!("{p}.attention.wo.bias"), vec![ed], bias);
+        push(
+            format!("{p}.feed_forward.w1.weight"),
+            vec![d.enc_hidden, ed],
+            Init::Linear(ed),
+        );
+        push(
+            format!("{p}.feed_forward.w2.weight"),
+            vec![ed, d.enc_hidden],
+            Init::Linear(d.enc_hidden),
+        );
+        push(format!("{p}.feed_forward.w2.bias"), vec![ed], bias);
+        push(
+            format!("{p}.feed_forward.w3.weight"),
+            vec![d.enc_hidden, ed],
+            Init::Linear(ed),
+        );
+    }
+    push(format!("{w}transformer.norm.weight"), vec![ed], norm);
+    let stacked = ed * DOWNSAMPLE_FACTOR;
+    push(
+        format!("{e}audio_language_projection.0.weight"),
+        vec![d.dim, stacked],
+        Init::Linear(stacked),
+    );
+    push(
+        format!("{e}audio_language_projection.2.weight"),
+        vec![d.dim, d.dim],
+        Init::Linear(d.dim),
+    );
+    push(
+        format!("{e}tok_embeddings.weight"),
+        vec![d.vocab, d.dim],
+        Init::Around(0.0, 0.8),
+    );
+    let (q, kv) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
+    for l in 0..d.layers {
+        let p = format!("layers.{l}");
+        push(format!("{p}.attention_norm.weight"), vec![d.dim], norm);
+        push(format!("{p}.ffn_norm.weight"), vec![d.dim], norm);
+        push(
+            format!("{p}.attention.wq.weight"),
+            vec![q, d.dim],
+            Init::Linear(d.dim),
+        );
+        push(
+            format!("{p}.attention.wk.weight"),
+            vec![kv, d.dim],
+            Init::Linear(d.dim),
+        );
+        push(
+            format!("{p}.attention.wv.weight"),
+            vec![kv, d.dim],
+            Init::Linear(d.dim),
+        );
+        push(
+            format!("{p}.attention.wo.weight"),
+            vec![d.dim, q],
+            Init::Linear(q),
+        );
+        push(
+            format!("{p}.feed_forward.w1.weight"),
+            vec![d.hidden, d.dim],
+            Init::Linear(d.dim),
+        );
+        push(
+            format!("{p}.feed_forward.w2.weight"),
+            vec![d.dim, d.hidden],
+            Init::Linear(d.hidden),
+        );
+        push(
+            format!("{p}.feed_forward.w3.weight"),
+            vec![d.hidden, d.dim],
+            Init::Linear(d.dim),
+        );
+        push(
+            format!("{p}.ada_rms_norm_t_cond.0.weight"),
+            vec![T_COND_DIM, d.dim],
+            Init::Linear(d.dim),
+        );
+        // Small: the ada scale `1 + ...` stays near 1, as in a trained model.
+        push(
+            format!("{p}.ada_rms_norm_t_cond.2.weight"),
+            vec![d.dim, T_COND_DIM],
+            Init::Around(0.0, 0.1),
+        );
+    }
+    push("norm.weight".into(), vec![d.dim], norm);
+    out
+}
+
+/// Writes the stt-tiny folder to `out`.
+pub(super) fn make_stt_test_model(out: &Path, seed: u64) -> Result<()> {
+    let d = &STT_TINY;
+    std::fs::create_dir_all(out)?;
+    std::fs::write(
+        out.join("params.json"),
+        serde_json::to_string_pretty(&params_json(d))? + "\n",
+    )?;
+    write_tekken(
+        &out.join("tekken.json"),
+        MERGES,
+        &SPECIAL_TOKENS,
+        &tekken_audio(),
+    )?;
+    let progress = indicatif::ProgressBar::hidden();
+    write_safetensors(
+        &out.join("consolidated.safetensors"),
+        &specs(d),
+        seed,
+        &progress,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::voxtral_realtime::params::Config;
+    use crate::nn::checkpoint::Checkpoint;
+    use crate::tokenizers::tekken::Tekken;
+
+    /// The published sizes (spec §1 and §9).
+    const REAL: SttDims = SttDims {
+        enc_dim: 1280,
+        enc_layers: 32,
+        enc_heads: 32,
+        enc_head_dim: 64,
+        enc_hidden: 5120,
+        enc_window: 750,
+        dim: 3072,
+        layers: 26,
+        heads: 32,
+        kv_heads: 8,
+        head_dim: 128,
+        hidden: 9216,
+        window: 8192,
+        vocab: 131_072,
+    };
+
+    #[test]
+    fn real_sizes_give_the_published_tensor_table() {
+        let specs = specs(&REAL);
+        assert_eq!(specs.len(), 711);
+        let params: usize = specs
+            .iter()
+            .map(|s| s.shape.iter().product::<usize>())
+            .sum();
+        assert_eq!(params, 4_429_679_360);
+        let find = |k: &str| specs.iter().find(|s| s.key == k).map(|s| s.shape.clone());
+        let w = "mm_streams_embeddings.embedding_module.whisper_encoder.";
+        assert_eq!(
+            find(&format!("{w}conv_layers.0.conv.weight")),
+            Some(vec![1280, 128, 3])
+        );
+        assert_eq!(
+            find(&format!("{w}conv_layers.1.conv.weight")),
+            Some(vec![1280, 1280, 3])
+        );
+        assert_eq!(
+            find(&format!("{w}transformer.layers.31.attention.wq.weight")),
+            Some(vec![2048, 1280])
+        );
+        assert_eq!(
+            find(&format!("{w}transformer.layers.0.attention.wk.bias")),
+            None
+        );
+        assert_eq!(
+            find("mm_streams_embeddings.embedding_module.audio_language_projection.0.weight"),
+            Some(vec![3072, 5120])
+        );
+        assert_eq!(
+            find("layers.25.ada_rms_norm_t_cond.0.weight"),
+            Some(vec![32, 3072])
+        );
+        assert_eq!(find("layers.0.attention.wk.weight"), Some(vec![1024, 3072]));
+        assert_eq!(find("output.weight"), None);
+    }
+
+    #[test]
+    fn stt_tiny_is_deterministic_and_loads() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        make_stt_test_model(a.path(), 0).unwrap();
+        make_stt_test_model(b.path(), 0).unwrap();
+        for file in ["params.json", "tekken.json", "consolidated.safetensors"] {
+            let (x, y) = (a.path().join(file), b.path().join(file));
+            assert_eq!(
+                std::fs::read(x).unwrap(),
+                std::fs::read(y).unwrap(),
+                "{file}"
+            );
+        }
+        let other = tempfile::tempdir().unwrap();
+        make_stt_test_model(other.path(), 1).unwrap();
+        let weights = |dir: &Path| std::fs::read(dir.join("consolidated.safetensors")).unwrap();
+        assert_ne!(weights(a.path()), weights(other.path()));
+
+        let config = Config::load(a.path()).unwrap();
+        assert_eq!(config.streaming.prompt_len(), 39);
+        assert_eq!(config.encoder.sliding_window, Some(40));
+        let tok = Tekken::from_file(&a.path().join("tekken.json")).unwrap();
+        assert_eq!(tok.vocab_size(), config.args.vocab_size);
+        for (name, id) in [
+            ("<s>", 1),
+            ("</s>", 2),
+            ("[STREAMING_PAD]", 32),
+            ("[STREAMING_WORD]", 33),
+        ] {
+            assert_eq!(tok.special_id(name), Some(id), "{name}");
+        }
+        let ckpt = Checkpoint::open(&a.path().join("consolidated.safetensors")).unwrap();
+        for spec in specs(&STT_TINY) {
+            let raw = ckpt.raw(&spec.key, &spec.shape).unwrap();
+            assert_eq!(raw.dtype, crate::tensor::DType::BF16, "{}", spec.key);
+        }
+        assert!(ckpt.unused_keys().is_empty(), "{:?}", ckpt.unused_keys());
+    }
+}

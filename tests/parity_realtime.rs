@@ -1,0 +1,197 @@
+//! Voxtral Realtime parity with the references on the `stt-tiny` checkpoint, f32 on libtorch
+//! (CPU). Goldens from tools/goldens/voxtral_realtime/make_goldens.py: mistral-common 1.13.1's
+//! offline padding and prompt, vLLM 0.33.0's log-mel, transformers 5.23.0's conv stem,
+//! encoder and adapter.
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use voxtral_tts::models::voxtral_realtime::audio_tower::AudioTower;
+use voxtral_tts::models::voxtral_realtime::mel::MelFrontEnd;
+use voxtral_tts::models::voxtral_realtime::params::Config;
+use voxtral_tts::models::voxtral_realtime::prompt::SpecialIds;
+use voxtral_tts::tensor::tch_backend::TchTensor;
+use voxtral_tts::tensor::{DType, Tensor};
+use voxtral_tts::testmodel::{cached_test_model, Preset};
+use voxtral_tts::tokenizers::tekken::Tekken;
+
+/// Max abs difference from the reference's log-mel (values about −0.6..1.5).
+const MEL_TOLERANCE: f32 = 1e-5;
+/// Max abs difference from the reference at each encoder-side stage, f32.
+const STAGE_TOLERANCE: f32 = 1e-5;
+/// Max abs difference between the chunked and the whole-utterance conv stem (f32 rounding).
+const STREAMING_TOLERANCE: f32 = 1e-6;
+
+const CPU: tch::Device = tch::Device::Cpu;
+
+struct Golden {
+    dir: PathBuf,
+    case: Value,
+}
+
+impl Golden {
+    fn load() -> Golden {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goldens/voxtral_realtime");
+        let case =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap();
+        Golden { dir, case }
+    }
+
+    fn usize(&self, key: &str) -> usize {
+        self.case[key].as_u64().unwrap() as usize
+    }
+
+    /// A raw little-endian f32 file of the goldens.
+    fn f32s(&self, name: &str) -> Vec<f32> {
+        std::fs::read(self.dir.join(name))
+            .unwrap()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    }
+
+    /// The checkpoint folder, verified byte for byte against the goldens' source.
+    fn model_dir(&self) -> PathBuf {
+        assert_eq!(self.case["preset"], "stt-tiny");
+        let seed = self.case["seed"].as_u64().unwrap();
+        let dir = cached_test_model(Preset::SttTiny, seed).unwrap();
+        let bytes = std::fs::read(dir.join("consolidated.safetensors")).unwrap();
+        assert_eq!(
+            format!("{:x}", Sha256::digest(&bytes)),
+            self.case["checkpoint_sha256"].as_str().unwrap(),
+            "make-test-model output changed: regenerate the goldens"
+        );
+        dir
+    }
+}
+
+fn max_abs_diff(got: &[f32], want: &[f32], what: &str) -> f32 {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let diff = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(diff.is_finite(), "{what}: non-finite values");
+    diff
+}
+
+#[test]
+fn offline_padding_and_prompt_match_mistral_common() {
+    let golden = Golden::load();
+    let dir = golden.model_dir();
+    let config = Config::load(&dir).unwrap();
+    let padded = golden.f32s("padded.f32");
+    let (left, samples) = (
+        golden.usize("left_pad_samples"),
+        golden.case["signal"]["samples"].as_u64().unwrap() as usize,
+    );
+    assert_eq!(
+        config.streaming.pad_offline(&padded[left..left + samples]),
+        padded
+    );
+    let s = &config.streaming;
+    assert_eq!(left, s.left_pad_tokens * s.samples_per_token);
+    assert_eq!(s.delay_tokens, golden.usize("delay_tokens"));
+    assert_eq!(s.right_pad_tokens, golden.usize("right_pad_tokens"));
+    assert_eq!(
+        padded.len() / s.samples_per_token,
+        golden.usize("audio_tokens")
+    );
+
+    let tekken = dir.join("tekken.json");
+    let tokenizer = Tekken::from_file(&tekken).unwrap();
+    let ids = SpecialIds::resolve(&tokenizer, &tekken.display().to_string()).unwrap();
+    let want: Vec<u32> = serde_json::from_value(golden.case["prompt_tokens"].clone()).unwrap();
+    assert_eq!(ids.prompt(s), want);
+}
+
+#[test]
+fn mel_matches_vllm_front_end() {
+    let golden = Golden::load();
+    let config = Config::load(&golden.model_dir()).unwrap();
+    let mel = MelFrontEnd::new(&config.mel)
+        .compute(&golden.f32s("padded.f32"))
+        .unwrap();
+    let (frames, bins) = (golden.usize("mel_frames"), golden.usize("num_mel_bins"));
+    assert_eq!((mel.frames, mel.num_mel_bins), (frames, bins));
+    // The reference's layout is [mels, frames].
+    let want = golden.f32s("mel.f32");
+    let got: Vec<f32> = (0..bins)
+        .flat_map(|m| (0..frames).map(move |t| (m, t)))
+        .map(|(m, t)| mel.at(t, m))
+        .collect();
+    let diff = max_abs_diff(&got, &want, "mel");
+    eprintln!("mel: max abs diff {diff:e}");
+    assert!(diff <= MEL_TOLERANCE, "mel differs by {diff}");
+}
+
+/// The encoder side on the reference's own mel, so that each stage is compared alone.
+#[test]
+fn conv_stem_encoder_and_adapter_match_transformers() {
+    let golden = Golden::load();
+    let dir = golden.model_dir();
+    let config = Config::load(&dir).unwrap();
+    let (frames, bins) = (golden.usize("mel_frames"), golden.usize("num_mel_bins"));
+    let reference_mel = golden.f32s("mel.f32");
+    let mel = voxtral_tts::models::voxtral_realtime::mel::LogMel {
+        frames,
+        num_mel_bins: bins,
+        data: (0..frames)
+            .flat_map(|t| (0..bins).map(move |m| (t, m)))
+            .map(|(t, m)| reference_mel[m * frames + t])
+            .collect(),
+    };
+    let tower = AudioTower::<TchTensor>::load(&dir, &config, &CPU, DType::F32, frames).unwrap();
+    let out = tower.embed(&mel);
+    for (name, tensor) in [
+        ("conv_stem", &out.conv_frames),
+        ("encoder", &out.encoded),
+        ("adapter", &out.embeddings),
+    ] {
+        let shape: Vec<usize> =
+            serde_json::from_value(golden.case[format!("{name}_shape")].clone()).unwrap();
+        assert_eq!(tensor.shape()[1..], shape[..], "{name} shape");
+        let diff = max_abs_diff(
+            &tensor.to_vec_f32(),
+            &golden.f32s(&format!("{name}.f32")),
+            name,
+        );
+        eprintln!("{name}: max abs diff {diff:e}");
+        assert!(diff <= STAGE_TOLERANCE, "{name} differs by {diff}");
+    }
+}
+
+/// Eight mel frames (one decoder position) at a time through the conv stem's state gives the
+/// offline conv frames.
+#[test]
+fn streamed_conv_stem_equals_offline() {
+    let golden = Golden::load();
+    let dir = golden.model_dir();
+    let config = Config::load(&dir).unwrap();
+    let mel = MelFrontEnd::new(&config.mel)
+        .compute(&golden.f32s("padded.f32"))
+        .unwrap();
+    let tower = AudioTower::<TchTensor>::load(&dir, &config, &CPU, DType::F32, mel.frames).unwrap();
+    let stem = &tower.encoder.stem;
+    let bins = mel.num_mel_bins;
+    let all = TchTensor::from_f32(&CPU, &mel.data, &[1, mel.frames, bins], DType::F32);
+    let offline = stem.forward(&all).to_vec_f32();
+    let chunk = config.streaming.mel_frames_per_token;
+    let mut state = stem.start(DType::F32);
+    let streamed: Vec<f32> = mel
+        .data
+        .chunks(chunk * bins)
+        .flat_map(|rows| {
+            let input = TchTensor::from_f32(&CPU, rows, &[1, rows.len() / bins, bins], DType::F32);
+            stem.step(&mut state, &input).to_vec_f32()
+        })
+        .collect();
+    // libtorch may block a convolution differently for other lengths: equal up to rounding.
+    let diff = max_abs_diff(&streamed, &offline, "streamed conv stem");
+    eprintln!("streamed conv stem: max abs diff {diff:e}");
+    assert!(
+        diff <= STREAMING_TOLERANCE,
+        "streamed conv stem differs by {diff}"
+    );
+}
