@@ -7,7 +7,7 @@
 //! audio crosses them.
 
 use super::tekken::write_tekken;
-use super::{write_safetensors, Init, Spec};
+use super::{write_safetensors, Init, Spec, Stored};
 use anyhow::Result;
 use serde_json::json;
 use std::path::Path;
@@ -264,6 +264,7 @@ pub(super) fn make_stt_test_model(out: &Path, seed: u64) -> Result<()> {
         &out.join("consolidated.safetensors"),
         &specs(d),
         seed,
+        Stored::Bf16,
         &progress,
     )
 }
