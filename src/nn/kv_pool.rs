@@ -22,17 +22,6 @@ pub struct KvSlot {
     pub(super) len: usize,
 }
 
-impl KvSlot {
-    /// Positions written so far.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
-
 impl<T: Tensor> KvPool<T> {
     /// `layers` gives each layer's `(kv_heads, head_dim)`.
     pub fn new(
