@@ -334,6 +334,10 @@ impl Tensor for MlxTensor {
         Self::op(mlx_rs::nn::silu(&self.array))
     }
 
+    fn gelu(&self) -> Self {
+        Self::op(mlx_rs::nn::gelu(&self.array))
+    }
+
     fn clamp(&self, lo: f32, hi: f32) -> Self {
         let upper = check(ops::minimum(&self.array, self.scalar(hi)));
         Self::op(ops::maximum(&upper, self.scalar(lo)))
@@ -587,6 +591,11 @@ mod tests {
     #[test]
     fn conv_layouts_and_idempotent_weight_conversion() {
         super::super::conformance::conv_layouts_and_idempotent_weight_conversion::<MlxTensor>(&DEV);
+    }
+
+    #[test]
+    fn gelu_is_the_exact_erf_form() {
+        super::super::conformance::gelu_is_the_exact_erf_form::<MlxTensor>(&DEV);
     }
 
     #[test]

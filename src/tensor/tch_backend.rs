@@ -334,6 +334,10 @@ impl Tensor for TchTensor {
         Self::wrap(self.0.silu())
     }
 
+    fn gelu(&self) -> Self {
+        Self::wrap(self.0.gelu("none"))
+    }
+
     fn clamp(&self, lo: f32, hi: f32) -> Self {
         Self::wrap(self.0.clamp(f64::from(lo), f64::from(hi)))
     }
@@ -628,5 +632,10 @@ mod tests {
         super::super::conformance::conv_layouts_and_idempotent_weight_conversion::<TchTensor>(
             &Device::Cpu,
         );
+    }
+
+    #[test]
+    fn gelu_is_the_exact_erf_form() {
+        super::super::conformance::gelu_is_the_exact_erf_form::<TchTensor>(&Device::Cpu);
     }
 }

@@ -2,7 +2,6 @@
 //! (in time order) into one, then `w_out · gelu(w_in · x)` without biases, one embedding per
 //! decoder position.
 
-use super::ops::gelu_erf;
 use super::params::Config;
 use crate::nn::layers::Loader;
 use crate::nn::LoadError;
@@ -12,7 +11,6 @@ pub struct Adapter<T: Tensor> {
     w_in: T,
     w_out: T,
     factor: usize,
-    device: T::Device,
 }
 
 impl<T: Tensor> Adapter<T> {
@@ -29,7 +27,6 @@ impl<T: Tensor> Adapter<T> {
                 &[c.args.dim, c.args.dim],
             )?,
             factor,
-            device: l.device.clone(),
         })
     }
 
@@ -43,6 +40,6 @@ impl<T: Tensor> Adapter<T> {
     pub fn forward(&self, frames: &T) -> T {
         let s = frames.shape();
         let stacked = frames.reshape(&[s[0], s[1] / self.factor, s[2] * self.factor]);
-        gelu_erf(&stacked.linear(&self.w_in), &self.device).linear(&self.w_out)
+        stacked.linear(&self.w_in).gelu().linear(&self.w_out)
     }
 }

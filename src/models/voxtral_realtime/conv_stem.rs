@@ -3,7 +3,6 @@
 //! The left pads are `kernel − stride`, as vLLM's `WhisperCausalConv1d` and transformers'
 //! `left_pad` have them (the ExecuTorch seed pads conv2 by 2, which is wrong).
 
-use super::ops::gelu_erf;
 use crate::nn::layers::Loader;
 use crate::nn::LoadError;
 use crate::tensor::{ConvKind, PadMode, Tensor};
@@ -70,11 +69,11 @@ impl<T: Tensor> ConvStem<T> {
         let h = self
             .conv1
             .forward_padded(&mel.pad_time(self.conv1.left_pad(), 0, PadMode::Zero));
-        let h = gelu_erf(&h, &self.device);
+        let h = h.gelu();
         let h = self
             .conv2
             .forward_padded(&h.pad_time(self.conv2.left_pad(), 0, PadMode::Zero));
-        gelu_erf(&h, &self.device)
+        h.gelu()
     }
 
     /// A streaming state whose output equals [`forward`](Self::forward) on the whole input.
@@ -93,10 +92,10 @@ impl<T: Tensor> ConvStem<T> {
     pub fn step(&self, state: &mut ConvStemState<T>, mel: &T) -> T {
         let input = T::cat(&[&state.conv1_context, mel], 1);
         state.conv1_context = tail(&input, self.conv1.left_pad());
-        let h = gelu_erf(&self.conv1.forward_padded(&input), &self.device);
+        let h = self.conv1.forward_padded(&input).gelu();
         let input = T::cat(&[&state.conv2_context, &h], 1);
         state.conv2_context = tail(&input, self.conv2.left_pad());
-        gelu_erf(&self.conv2.forward_padded(&input), &self.device)
+        self.conv2.forward_padded(&input).gelu()
     }
 }
 
