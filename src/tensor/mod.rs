@@ -206,15 +206,7 @@ pub trait Tensor: Clone + Sized {
         rows: &PoolRows<Self>,
         scale: f64,
     ) -> Self {
-        let parts: Vec<Self> = (0..rows.len())
-            .map(|r| {
-                let (slot, len) = (rows.slots[r], rows.positions[r] + 1);
-                let keys = keys.narrow(0, slot, 1).narrow(2, 0, len);
-                let values = values.narrow(0, slot, 1).narrow(2, 0, len);
-                Self::attention(&q.narrow(0, r, 1), &keys, &values, None, false, scale)
-            })
-            .collect();
-        Self::cat(&parts.iter().collect::<Vec<_>>(), 0)
+        pool_attention_by_row(q, keys, values, rows, scale)
     }
 
     /// Converts a conv weight from PyTorch layout into the backend's own. Idempotent: a weight
@@ -263,6 +255,26 @@ impl<T: Tensor> PoolRows<T> {
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }
+}
+
+/// [`Tensor::pool_attention`] as one `attention` call per row over its slot's keys and values:
+/// the trait's default, and what libtorch runs on the CPU.
+pub fn pool_attention_by_row<T: Tensor>(
+    q: &T,
+    keys: &T,
+    values: &T,
+    rows: &PoolRows<T>,
+    scale: f64,
+) -> T {
+    let parts: Vec<T> = (0..rows.len())
+        .map(|r| {
+            let (slot, len) = (rows.slots[r], rows.positions[r] + 1);
+            let keys = keys.narrow(0, slot, 1).narrow(2, 0, len);
+            let values = values.narrow(0, slot, 1).narrow(2, 0, len);
+            T::attention(&q.narrow(0, r, 1), &keys, &values, None, false, scale)
+        })
+        .collect();
+    T::cat(&parts.iter().collect::<Vec<_>>(), 0)
 }
 
 /// Backend-independent checks, run by each backend's tests on its own device.

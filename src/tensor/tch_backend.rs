@@ -1,7 +1,7 @@
 //! libtorch backend (`tch`). Conv layouts are PyTorch's own, so NLC sequences are transposed to
 //! NCL around each convolution here, inside the backend.
 
-use super::{ConvKind, DType, PadMode, PoolRows, RawTensor, Tensor};
+use super::{pool_attention_by_row, ConvKind, DType, PadMode, PoolRows, RawTensor, Tensor};
 use std::sync::atomic::{AtomicU64, Ordering};
 use tch::{Device, Kind};
 
@@ -500,17 +500,10 @@ impl Tensor for TchTensor {
         scale: f64,
     ) -> Self {
         if q.0.device() == Device::Cpu {
-            let parts: Vec<Self> = (0..rows.len())
-                .map(|r| {
-                    let (slot, len) = (rows.slots[r], rows.positions[r] + 1);
-                    let keys = keys.narrow(0, slot, 1).narrow(2, 0, len);
-                    let values = values.narrow(0, slot, 1).narrow(2, 0, len);
-                    Self::attention(&q.narrow(0, r, 1), &keys, &values, None, false, scale)
-                })
-                .collect();
-            return Self::cat(&parts.iter().collect::<Vec<_>>(), 0);
+            pool_attention_by_row(q, keys, values, rows, scale)
+        } else {
+            masked_pool_attention(q, keys, values, rows, scale)
         }
-        masked_pool_attention(q, keys, values, rows, scale)
     }
 
     fn prepare_conv_weight(weight: &Self, _kind: ConvKind) -> Self {
