@@ -13,6 +13,7 @@ mod openapi;
 mod routes;
 mod state;
 mod voice_catalog;
+pub mod voice_store;
 mod wyoming;
 
 use crate::config::ServerConfig;

@@ -1,0 +1,395 @@
+//! Custom voices (OpenAI's `POST /v1/audio/voices`): what a cloning model computed from a
+//! reference clip, kept in a folder so that it survives restarts.
+//!
+//! Each voice is a folder `<dir>/voice_<hex>/` with `voice.json` (what the API lists) and
+//! `voice.safetensors` (the model's tensors, e.g. a speaker embedding and reference codes).
+//! A voice appears at once or not at all: it is written under `.incoming-*` and renamed into
+//! place, and removed by renaming it to `.deleting-*` first. Leftovers of a crash (either
+//! prefix) are cleared when the store opens; a voice folder that cannot be read is skipped
+//! with a warning, never deleted (it is the operator's data).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
+
+const META_FILE: &str = "voice.json";
+const TENSORS_FILE: &str = "voice.safetensors";
+const ID_PREFIX: &str = "voice_";
+const INCOMING_PREFIX: &str = ".incoming-";
+const DELETING_PREFIX: &str = ".deleting-";
+
+/// What the API says of a stored voice, and which model can use it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VoiceMeta {
+    /// `voice_` and 32 hex digits.
+    pub id: String,
+    pub name: String,
+    /// Unix time (seconds).
+    pub created_at: u64,
+    /// The served model's id it was computed by: only that model can speak with it.
+    pub model: String,
+    /// The model's family, e.g. `qwen3-tts`.
+    pub family: String,
+    /// The reference clip's transcript, for models that clone in context.
+    pub transcript: Option<String>,
+    /// Length of the reference clip.
+    pub audio_seconds: f32,
+    /// sha256 of the decoded clip and the settings it was computed with: the same upload
+    /// need not be computed twice.
+    pub source_sha256: String,
+}
+
+/// A voice's tensors by name.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct VoiceTensors(pub BTreeMap<String, VoiceTensor>);
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct VoiceTensor {
+    pub shape: Vec<usize>,
+    pub data: TensorData,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum TensorData {
+    F32(Vec<f32>),
+    I64(Vec<i64>),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum VoiceStoreError {
+    #[error("the voices folder {0} cannot be used: {1}")]
+    Folder(PathBuf, io::Error),
+    #[error("storing the voice failed: {0}")]
+    Write(io::Error),
+    #[error("the voice {id} cannot be read: {reason}")]
+    Read { id: String, reason: String },
+    #[error("{0} custom voices are stored, the most this server keeps; delete one first")]
+    Full(usize),
+}
+
+/// The voices folder and, in memory, the metadata of every voice in it.
+pub struct VoiceStore {
+    dir: PathBuf,
+    max_voices: usize,
+    voices: RwLock<BTreeMap<String, VoiceMeta>>,
+}
+
+impl VoiceStore {
+    /// Opens (creating it if needed) the folder, clears half-written or half-deleted voices
+    /// and reads the metadata of the others.
+    pub fn open(dir: &Path, max_voices: usize) -> Result<Self, VoiceStoreError> {
+        let folder_err = |e| VoiceStoreError::Folder(dir.to_path_buf(), e);
+        fs::create_dir_all(dir).map_err(folder_err)?;
+        let mut voices = BTreeMap::new();
+        for entry in fs::read_dir(dir).map_err(folder_err)? {
+            let entry = entry.map_err(folder_err)?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = entry.path();
+            if name.starts_with(INCOMING_PREFIX) || name.starts_with(DELETING_PREFIX) {
+                fs::remove_dir_all(&path).map_err(folder_err)?;
+                continue;
+            }
+            if !name.starts_with(ID_PREFIX) || !path.is_dir() {
+                continue;
+            }
+            match read_meta(&path) {
+                Ok(meta) if meta.id == name => {
+                    voices.insert(name, meta);
+                }
+                Ok(meta) => tracing::warn!(
+                    "skipping voice folder {}: its voice.json names {}",
+                    path.display(),
+                    meta.id
+                ),
+                Err(e) => tracing::warn!("skipping voice folder {}: {e}", path.display()),
+            }
+        }
+        Ok(VoiceStore {
+            dir: dir.to_path_buf(),
+            max_voices,
+            voices: RwLock::new(voices),
+        })
+    }
+
+    /// Stores a new voice under a fresh id (the given meta's `id` and `created_at` are
+    /// replaced) and returns its metadata.
+    pub fn create(
+        &self,
+        mut meta: VoiceMeta,
+        tensors: &VoiceTensors,
+    ) -> Result<VoiceMeta, VoiceStoreError> {
+        let count = self.voices.read().unwrap().len();
+        if count >= self.max_voices {
+            return Err(VoiceStoreError::Full(self.max_voices));
+        }
+        let hex = format!("{:032x}", rand::random::<u128>());
+        meta.id = format!("{ID_PREFIX}{hex}");
+        meta.created_at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let incoming = self.dir.join(format!("{INCOMING_PREFIX}{hex}"));
+        let written = write_voice(&incoming, &meta, tensors)
+            .and_then(|()| fs::rename(&incoming, self.dir.join(&meta.id)))
+            .and_then(|()| sync_dir(&self.dir));
+        if let Err(e) = written {
+            let _ = fs::remove_dir_all(&incoming);
+            return Err(VoiceStoreError::Write(e));
+        }
+        self.voices
+            .write()
+            .unwrap()
+            .insert(meta.id.clone(), meta.clone());
+        Ok(meta)
+    }
+
+    /// Every stored voice, oldest first.
+    pub fn list(&self) -> Vec<VoiceMeta> {
+        let mut all: Vec<VoiceMeta> = self.voices.read().unwrap().values().cloned().collect();
+        all.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        all
+    }
+
+    pub fn get(&self, id: &str) -> Option<VoiceMeta> {
+        self.voices.read().unwrap().get(id).cloned()
+    }
+
+    /// A voice `model` already computed from the same clip and settings.
+    pub fn find_source(&self, model: &str, source_sha256: &str) -> Option<VoiceMeta> {
+        let voices = self.voices.read().unwrap();
+        voices
+            .values()
+            .find(|v| v.model == model && v.source_sha256 == source_sha256)
+            .cloned()
+    }
+
+    /// The tensors of a stored voice, read from its folder.
+    pub fn tensors(&self, id: &str) -> Result<VoiceTensors, VoiceStoreError> {
+        let read_err = |reason: String| VoiceStoreError::Read {
+            id: id.to_string(),
+            reason,
+        };
+        if self.get(id).is_none() {
+            return Err(read_err("no such voice".into()));
+        }
+        let bytes =
+            fs::read(self.dir.join(id).join(TENSORS_FILE)).map_err(|e| read_err(e.to_string()))?;
+        decode_tensors(&bytes).map_err(read_err)
+    }
+
+    /// Removes a voice; `false` when there was none with that id.
+    pub fn delete(&self, id: &str) -> Result<bool, VoiceStoreError> {
+        let mut voices = self.voices.write().unwrap();
+        if !voices.contains_key(id) {
+            return Ok(false);
+        }
+        let hex = &id[ID_PREFIX.len()..];
+        let deleting = self.dir.join(format!("{DELETING_PREFIX}{hex}"));
+        fs::rename(self.dir.join(id), &deleting).map_err(VoiceStoreError::Write)?;
+        voices.remove(id);
+        drop(voices);
+        // Gone for the API already; a failure here leaves a folder the next open clears.
+        if let Err(e) = fs::remove_dir_all(&deleting) {
+            tracing::warn!("removing {}: {e}", deleting.display());
+        }
+        Ok(true)
+    }
+}
+
+fn read_meta(folder: &Path) -> Result<VoiceMeta, String> {
+    let text = fs::read_to_string(folder.join(META_FILE)).map_err(|e| e.to_string())?;
+    serde_json::from_str(&text).map_err(|e| format!("{META_FILE}: {e}"))
+}
+
+fn write_voice(folder: &Path, meta: &VoiceMeta, tensors: &VoiceTensors) -> io::Result<()> {
+    fs::create_dir(folder)?;
+    let json = serde_json::to_vec_pretty(meta).map_err(io::Error::other)?;
+    write_synced(&folder.join(META_FILE), &json)?;
+    write_synced(&folder.join(TENSORS_FILE), &encode_tensors(tensors)?)?;
+    sync_dir(folder)
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut file = fs::File::create(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+/// Makes renames inside `dir` durable (a no-op where directories cannot be opened).
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    match fs::File::open(dir) {
+        Ok(handle) => handle.sync_all().or(Ok(())),
+        Err(_) => Ok(()),
+    }
+}
+
+fn encode_tensors(tensors: &VoiceTensors) -> io::Result<Vec<u8>> {
+    use safetensors::tensor::TensorView;
+    use safetensors::Dtype;
+    let bytes: Vec<(&String, Dtype, &[usize], Vec<u8>)> = tensors
+        .0
+        .iter()
+        .map(|(name, t)| {
+            let (dtype, raw) = match &t.data {
+                TensorData::F32(v) => {
+                    (Dtype::F32, v.iter().flat_map(|x| x.to_le_bytes()).collect())
+                }
+                TensorData::I64(v) => {
+                    (Dtype::I64, v.iter().flat_map(|x| x.to_le_bytes()).collect())
+                }
+            };
+            (name, dtype, t.shape.as_slice(), raw)
+        })
+        .collect();
+    let views = bytes
+        .iter()
+        .map(|(name, dtype, shape, raw)| {
+            TensorView::new(*dtype, shape.to_vec(), raw).map(|view| (name.as_str(), view))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(io::Error::other)?;
+    safetensors::serialize(views, None).map_err(io::Error::other)
+}
+
+fn decode_tensors(bytes: &[u8]) -> Result<VoiceTensors, String> {
+    let file = safetensors::SafeTensors::deserialize(bytes).map_err(|e| e.to_string())?;
+    let mut out = BTreeMap::new();
+    for (name, view) in file.tensors() {
+        let raw = view.data();
+        let data = match view.dtype() {
+            safetensors::Dtype::F32 => TensorData::F32(
+                raw.chunks_exact(4)
+                    .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                    .collect(),
+            ),
+            safetensors::Dtype::I64 => TensorData::I64(
+                raw.chunks_exact(8)
+                    .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
+                    .collect(),
+            ),
+            other => return Err(format!("{name}: unexpected dtype {other:?}")),
+        };
+        let shape = view.shape().to_vec();
+        out.insert(name, VoiceTensor { shape, data });
+    }
+    Ok(VoiceTensors(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(name: &str) -> VoiceMeta {
+        VoiceMeta {
+            id: String::new(),
+            name: name.into(),
+            created_at: 0,
+            model: "qwen3".into(),
+            family: "qwen3-tts".into(),
+            transcript: Some("Hello.".into()),
+            audio_seconds: 3.5,
+            source_sha256: format!("sha-{name}"),
+        }
+    }
+
+    fn tensors() -> VoiceTensors {
+        let mut map = BTreeMap::new();
+        map.insert(
+            "x_vector".to_string(),
+            VoiceTensor {
+                shape: vec![1, 3],
+                data: TensorData::F32(vec![0.5, -1.25, 3.0]),
+            },
+        );
+        map.insert(
+            "ref_codes".to_string(),
+            VoiceTensor {
+                shape: vec![2, 2],
+                data: TensorData::I64(vec![1, 2047, 3, 4]),
+            },
+        );
+        VoiceTensors(map)
+    }
+
+    #[test]
+    fn a_voice_survives_a_restart_with_its_tensors() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = VoiceStore::open(dir.path(), 10).unwrap();
+        let made = store.create(meta("alice"), &tensors()).unwrap();
+        assert!(made.id.starts_with("voice_") && made.id.len() == 6 + 32);
+        assert!(made.created_at > 0);
+
+        let reopened = VoiceStore::open(dir.path(), 10).unwrap();
+        assert_eq!(reopened.list(), vec![made.clone()]);
+        assert_eq!(reopened.tensors(&made.id).unwrap(), tensors());
+        assert_eq!(
+            reopened.find_source("qwen3", "sha-alice").map(|v| v.id),
+            Some(made.id.clone())
+        );
+        assert_eq!(reopened.find_source("other-model", "sha-alice"), None);
+    }
+
+    #[test]
+    fn deleted_voices_are_gone_now_and_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = VoiceStore::open(dir.path(), 10).unwrap();
+        let a = store.create(meta("a"), &tensors()).unwrap();
+        let b = store.create(meta("b"), &tensors()).unwrap();
+        assert!(store.delete(&a.id).unwrap());
+        assert!(!store.delete(&a.id).unwrap());
+        assert!(store.tensors(&a.id).is_err());
+        assert_eq!(store.list(), vec![b.clone()]);
+        assert_eq!(VoiceStore::open(dir.path(), 10).unwrap().list(), vec![b]);
+    }
+
+    #[test]
+    fn crash_leftovers_are_cleared_and_broken_folders_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = VoiceStore::open(dir.path(), 10).unwrap();
+        let kept = store.create(meta("kept"), &tensors()).unwrap();
+        for leftover in [".incoming-00ff", ".deleting-00aa"] {
+            fs::create_dir(dir.path().join(leftover)).unwrap();
+            fs::write(dir.path().join(leftover).join(META_FILE), b"{").unwrap();
+        }
+        let broken = dir.path().join("voice_broken");
+        fs::create_dir(&broken).unwrap();
+        fs::write(broken.join(META_FILE), b"not json").unwrap();
+
+        let reopened = VoiceStore::open(dir.path(), 10).unwrap();
+        assert_eq!(reopened.list(), vec![kept]);
+        assert!(!dir.path().join(".incoming-00ff").exists());
+        assert!(!dir.path().join(".deleting-00aa").exists());
+        assert!(
+            broken.exists(),
+            "an unreadable voice is the operator's to remove"
+        );
+    }
+
+    #[test]
+    fn a_failed_write_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = VoiceStore::open(dir.path(), 10).unwrap();
+        // A shape that does not match its data makes the tensors unserializable.
+        let mut bad = tensors();
+        bad.0.get_mut("x_vector").unwrap().shape = vec![7];
+        assert!(matches!(
+            store.create(meta("bad"), &bad),
+            Err(VoiceStoreError::Write(_))
+        ));
+        assert!(store.list().is_empty());
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn the_store_refuses_voices_beyond_its_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = VoiceStore::open(dir.path(), 1).unwrap();
+        store.create(meta("one"), &tensors()).unwrap();
+        assert!(matches!(
+            store.create(meta("two"), &tensors()),
+            Err(VoiceStoreError::Full(1))
+        ));
+    }
+}
