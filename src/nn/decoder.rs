@@ -1,6 +1,7 @@
-//! The Mistral-style decoder: pre-norm layers with interleaved RoPE, GQA, SwiGLU and a
-//! slot KV pool ([`KvPool`]). Returns the final-normed hidden states. Voxtral TTS's backbone is
-//! one; Voxtral Realtime's text decoder has the same shape.
+//! The Mistral-style decoder: pre-norm layers with RoPE, GQA, SwiGLU and a slot KV pool
+//! ([`KvPool`]). Returns the final-normed hidden states. Voxtral TTS's backbone is one; Voxtral
+//! Realtime's text decoder has the same shape; Qwen3's ([`DecoderStyle::Qwen3`]) adds per-head
+//! query and key norms (Qwen3-TTS's talker and code predictor).
 
 use super::kv_pool::{KvPool, KvSlot};
 use super::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
@@ -29,9 +30,23 @@ impl DecoderDims {
     }
 }
 
+/// How a checkpoint names a decoder's tensors, and what Qwen3 adds to the layers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecoderStyle {
+    /// Mistral's consolidated names (`attention.wq`, `feed_forward.w1`, ...); RoPE rotates
+    /// interleaved pairs `(2i, 2i + 1)`.
+    Mistral,
+    /// Hugging Face Qwen3 names (`self_attn.q_proj`, `mlp.gate_proj`, ...), an RMSNorm of each
+    /// query and key head before RoPE, and RoPE on the pairs `(i, i + head_dim / 2)`
+    /// (`rotate_half`).
+    Qwen3,
+}
+
 struct Layer<T> {
     attention_norm: RmsNorm<T>,
     attention: AttentionProj<T>,
+    /// Qwen3's query and key norms.
+    qk_norm: Option<[RmsNorm<T>; 2]>,
     ffn_norm: RmsNorm<T>,
     feed_forward: FeedForward<T>,
 }
@@ -41,47 +56,52 @@ pub struct Decoder<T: Tensor> {
     norm: RmsNorm<T>,
     /// Built once on the model's device for every position.
     rope: T::Rope,
+    style: DecoderStyle,
     device: T::Device,
 }
 
 impl<T: Tensor> Decoder<T> {
-    /// Loads `{prefix}layers.{i}.*` and `{prefix}norm.weight`.
+    /// Loads `{prefix}layers.{i}.*` and `{prefix}norm.weight` in Mistral's names.
     pub fn load(l: &Loader<T>, prefix: &str, a: &DecoderDims) -> Result<Self, LoadError> {
+        Self::load_style(l, prefix, a, DecoderStyle::Mistral)
+    }
+
+    /// Loads `{prefix}layers.{i}.*` and `{prefix}norm.weight` in `style`'s names.
+    pub fn load_style(
+        l: &Loader<T>,
+        prefix: &str,
+        a: &DecoderDims,
+        style: DecoderStyle,
+    ) -> Result<Self, LoadError> {
         let l = &l.scoped(prefix);
         let layers = (0..a.n_layers)
-            .map(|i| {
-                let p = format!("layers.{i}");
-                Ok(Layer {
-                    attention_norm: RmsNorm::load(
-                        l,
-                        &format!("{p}.attention_norm.weight"),
-                        a.dim,
-                        a.norm_eps,
-                    )?,
-                    attention: AttentionProj::load(
-                        l,
-                        &format!("{p}.attention"),
-                        a.dim,
-                        a.n_heads,
-                        a.n_kv_heads,
-                        a.head_dim,
-                    )?,
-                    ffn_norm: RmsNorm::load(l, &format!("{p}.ffn_norm.weight"), a.dim, a.norm_eps)?,
-                    feed_forward: FeedForward::load(
-                        l,
-                        &format!("{p}.feed_forward"),
-                        a.dim,
-                        a.hidden_dim,
-                    )?,
-                })
-            })
+            .map(|i| Layer::load(l, &format!("layers.{i}"), a, style))
             .collect::<Result<Vec<_>, LoadError>>()?;
         Ok(Decoder {
             layers,
             norm: RmsNorm::load(l, "norm.weight", a.dim, a.norm_eps)?,
             rope: T::rope_table(l.device, a.max_positions, a.head_dim, a.rope_theta),
+            style,
             device: l.device.clone(),
         })
+    }
+
+    /// Queries and keys `[b, l, heads * head_dim]` as heads `[b, heads, l, head_dim]` ready for
+    /// interleaved RoPE. Qwen3's: normed, then each head's halves `(i, i + head_dim / 2)`
+    /// brought next to each other, so interleaved RoPE rotates the pairs `rotate_half` does;
+    /// queries and keys are permuted alike, which leaves every score as it was.
+    fn heads(&self, layer: &Layer<T>, q: &T, k: &T) -> (T, T) {
+        let a = &layer.attention;
+        let (mut q, mut k) = (a.split_heads(q, a.n_heads), a.split_heads(k, a.n_kv_heads));
+        if let Some([q_norm, k_norm]) = &layer.qk_norm {
+            q = q_norm.forward(&q);
+            k = k_norm.forward(&k);
+        }
+        if self.style == DecoderStyle::Qwen3 {
+            (pair_halves(&q), pair_halves(&k))
+        } else {
+            (q, k)
+        }
     }
 
     /// A pool of `slots` sequences of up to `positions` positions each, for these layers.
@@ -142,8 +162,9 @@ impl<T: Tensor> Decoder<T> {
         for (i, layer) in self.layers.iter().enumerate() {
             let a = &layer.attention;
             let (q, k, v) = a.qkv(&layer.attention_norm.forward(&h));
-            let q = a.split_heads(&q, a.n_heads).rope_rows(&self.rope, &rows);
-            let k = a.split_heads(&k, a.n_kv_heads).rope_rows(&self.rope, &rows);
+            let (q, k) = self.heads(layer, &q, &k);
+            let q = q.rope_rows(&self.rope, &rows);
+            let k = k.rope_rows(&self.rope, &rows);
             pool.keys[i].write_rows(&rows, &k);
             pool.values[i].write_rows(&rows, &a.split_heads(&v, a.n_kv_heads));
             let out = T::pool_attention(&q, &pool.keys[i], &pool.values[i], &rows, a.scale());
@@ -163,12 +184,9 @@ impl<T: Tensor> Decoder<T> {
         for (i, layer) in self.layers.iter().enumerate() {
             let a = &layer.attention;
             let (q, k, v) = a.qkv(&layer.attention_norm.forward(&h));
-            let q = a
-                .split_heads(&q, a.n_heads)
-                .rope_interleaved(&self.rope, start);
-            let k = a
-                .split_heads(&k, a.n_kv_heads)
-                .rope_interleaved(&self.rope, start);
+            let (q, k) = self.heads(layer, &q, &k);
+            let q = q.rope_interleaved(&self.rope, start);
+            let k = k.rope_interleaved(&self.rope, start);
             let at = [slot.index, 0, start, 0];
             pool.keys[i].write_at(&at, &k);
             pool.values[i].write_at(&at, &a.split_heads(&v, a.n_kv_heads));
@@ -198,6 +216,77 @@ impl<T: Tensor> Decoder<T> {
             .collect();
         T::from_f32(&self.device, &mask, &[1, 1, len, keys], dtype)
     }
+}
+
+impl<T: Tensor> Layer<T> {
+    fn load(
+        l: &Loader<T>,
+        p: &str,
+        a: &DecoderDims,
+        style: DecoderStyle,
+    ) -> Result<Self, LoadError> {
+        let norm = |name: &str, dim: usize| {
+            RmsNorm::load(l, &format!("{p}.{name}.weight"), dim, a.norm_eps)
+        };
+        let key = |name: &str| format!("{p}.{name}.weight");
+        let (heads, kv) = (a.n_heads, a.n_kv_heads);
+        Ok(match style {
+            DecoderStyle::Mistral => {
+                let [q, k, v, o] = ["wq", "wk", "wv", "wo"].map(|w| key(&format!("attention.{w}")));
+                let [w1, w3, w2] = ["w1", "w3", "w2"].map(|w| key(&format!("feed_forward.{w}")));
+                Layer {
+                    attention_norm: norm("attention_norm", a.dim)?,
+                    attention: AttentionProj::load_named(
+                        l,
+                        [&q, &k, &v, &o],
+                        a.dim,
+                        heads,
+                        kv,
+                        a.head_dim,
+                    )?,
+                    qk_norm: None,
+                    ffn_norm: norm("ffn_norm", a.dim)?,
+                    feed_forward: FeedForward::load_named(l, [&w1, &w3, &w2], a.dim, a.hidden_dim)?,
+                }
+            }
+            DecoderStyle::Qwen3 => {
+                let [q, k, v, o] =
+                    ["q", "k", "v", "o"].map(|w| key(&format!("self_attn.{w}_proj")));
+                let [gate, up, down] =
+                    ["gate", "up", "down"].map(|w| key(&format!("mlp.{w}_proj")));
+                Layer {
+                    attention_norm: norm("input_layernorm", a.dim)?,
+                    attention: AttentionProj::load_named(
+                        l,
+                        [&q, &k, &v, &o],
+                        a.dim,
+                        heads,
+                        kv,
+                        a.head_dim,
+                    )?,
+                    qk_norm: Some([
+                        norm("self_attn.q_norm", a.head_dim)?,
+                        norm("self_attn.k_norm", a.head_dim)?,
+                    ]),
+                    ffn_norm: norm("post_attention_layernorm", a.dim)?,
+                    feed_forward: FeedForward::load_named(
+                        l,
+                        [&gate, &up, &down],
+                        a.dim,
+                        a.hidden_dim,
+                    )?,
+                }
+            }
+        })
+    }
+}
+
+/// `[b, heads, l, d]` with each head's element `i` and `i + d / 2` moved to `2i` and `2i + 1`.
+fn pair_halves<T: Tensor>(x: &T) -> T {
+    let s = x.shape();
+    x.reshape(&[s[0], s[1], s[2], 2, s[3] / 2])
+        .transpose(3, 4)
+        .reshape(&s)
 }
 
 #[cfg(test)]

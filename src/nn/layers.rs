@@ -103,6 +103,40 @@ impl<T: Tensor> RmsNorm<T> {
     }
 }
 
+/// `x @ weight.T + bias`, the bias optional.
+pub struct Linear<T> {
+    weight: T,
+    bias: Option<T>,
+}
+
+impl<T: Tensor> Linear<T> {
+    /// `{prefix}.weight` `[out, in]`, and `{prefix}.bias` `[out]` when `bias`.
+    pub fn load(
+        l: &Loader<T>,
+        prefix: &str,
+        out: usize,
+        input: usize,
+        bias: bool,
+    ) -> Result<Self, LoadError> {
+        Ok(Linear {
+            weight: l.tensor(&format!("{prefix}.weight"), &[out, input])?,
+            bias: if bias {
+                Some(l.tensor(&format!("{prefix}.bias"), &[out])?)
+            } else {
+                None
+            },
+        })
+    }
+
+    pub fn forward(&self, x: &T) -> T {
+        let y = x.linear(&self.weight);
+        match &self.bias {
+            Some(b) => y.add(b),
+            None => y,
+        }
+    }
+}
+
 /// Weights of products that read the same input: apart, or concatenated (rows of the first,
 /// then of the next...) so that one product computes them all (see `Loader::fuse`).
 enum Stacked<T> {
@@ -164,14 +198,26 @@ pub struct FeedForward<T> {
 }
 
 impl<T: Tensor> FeedForward<T> {
+    /// Mistral's names: `{prefix}.w1` (gate), `.w3` (up), `.w2` (down).
     pub fn load(l: &Loader<T>, prefix: &str, dim: usize, hidden: usize) -> Result<Self, LoadError> {
+        let [gate, up, down] = ["w1", "w3", "w2"].map(|w| format!("{prefix}.{w}.weight"));
+        Self::load_named(l, [&gate, &up, &down], dim, hidden)
+    }
+
+    /// The weights at the keys `[gate, up, down]`.
+    pub fn load_named(
+        l: &Loader<T>,
+        [gate, up, down]: [&str; 3],
+        dim: usize,
+        hidden: usize,
+    ) -> Result<Self, LoadError> {
         Ok(FeedForward {
             gate_up: Stacked::load(
                 l,
-                &[format!("{prefix}.w1.weight"), format!("{prefix}.w3.weight")],
+                &[gate.to_string(), up.to_string()],
                 &[[hidden, dim], [hidden, dim]],
             )?,
-            w2: l.tensor(&format!("{prefix}.w2.weight"), &[dim, hidden])?,
+            w2: l.tensor(down, &[dim, hidden])?,
         })
     }
 
@@ -196,9 +242,23 @@ pub struct AttentionProj<T> {
 }
 
 impl<T: Tensor> AttentionProj<T> {
+    /// Mistral's names: `{prefix}.wq`, `.wk`, `.wv`, `.wo`.
     pub fn load(
         l: &Loader<T>,
         prefix: &str,
+        dim: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+    ) -> Result<Self, LoadError> {
+        let [q, k, v, o] = ["wq", "wk", "wv", "wo"].map(|w| format!("{prefix}.{w}.weight"));
+        Self::load_named(l, [&q, &k, &v, &o], dim, n_heads, n_kv_heads, head_dim)
+    }
+
+    /// The weights at the keys `[q, k, v, o]`.
+    pub fn load_named(
+        l: &Loader<T>,
+        [wq, wk, wv, wo]: [&str; 4],
         dim: usize,
         n_heads: usize,
         n_kv_heads: usize,
@@ -208,10 +268,10 @@ impl<T: Tensor> AttentionProj<T> {
         Ok(AttentionProj {
             qkv: Stacked::load(
                 l,
-                &["wq", "wk", "wv"].map(|w| format!("{prefix}.{w}.weight")),
+                &[wq, wk, wv].map(str::to_string),
                 &[[q, dim], [kv, dim], [kv, dim]],
             )?,
-            wo: l.tensor(&format!("{prefix}.wo.weight"), &[dim, q])?,
+            wo: l.tensor(wo, &[dim, q])?,
             n_heads,
             n_kv_heads,
             head_dim,
