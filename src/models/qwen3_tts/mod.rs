@@ -1,5 +1,15 @@
-//! Qwen3-TTS-12Hz (0.6B and 1.7B; Base, CustomVoice, VoiceDesign): so far its configuration
-//! files and the special ids of its text tokenizer. Spec: `shared/docs/qwen3-tts-spec.md`.
+//! Qwen3-TTS-12Hz (0.6B and 1.7B; Base, CustomVoice, VoiceDesign): its configuration files,
+//! the special ids of its text tokenizer, and the talker and code predictor that turn a prompt
+//! into frames of 16 codes. Spec: `shared/docs/qwen3-tts-spec.md`.
 
+mod code_predictor;
 pub mod config;
+pub mod model;
+pub mod prompt;
+pub mod sampling;
+mod talker;
 pub mod tokens;
+
+pub use model::{GenerateError, Qwen3Tts, Session, TalkerOptions};
+pub use prompt::{ClonedVoice, PromptInput, Reference, TextLayout, Voice};
+pub use sampling::{GenerationParams, Sampling, Uniforms};

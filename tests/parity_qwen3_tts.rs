@@ -1,0 +1,344 @@
+//! Qwen3-TTS talker and code predictor against the official qwen-tts 0.1.1 goldens
+//! (tests/goldens/qwen3_tts/<preset>/, made by tools/goldens/qwen3_tts/make_goldens.py), f32 on
+//! libtorch (CPU), for every `qwen3-tiny-*` preset and every case of its goldens: the
+//! tokenized prompt texts, the prefill layout and embeddings, the talker's logits and hidden
+//! state at every step, the codes (greedy in both text layouts, early EOS, and the sampled case
+//! replayed on the recorded uniforms), and how generation stopped.
+
+use safetensors::SafeTensors;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use voxtral_tts::engine::StopReason;
+use voxtral_tts::models::qwen3_tts::prompt::{
+    instruct_text, reference_text, target_text, CodecInput, Position,
+};
+use voxtral_tts::models::qwen3_tts::{
+    ClonedVoice, GenerationParams, PromptInput, Qwen3Tts, Reference, TalkerOptions, TextLayout,
+    Uniforms, Voice,
+};
+use voxtral_tts::tensor::tch_backend::TchTensor;
+use voxtral_tts::tensor::{DType, Tensor};
+use voxtral_tts::testmodel::{make_qwen3_test_model, Qwen3Preset};
+use voxtral_tts::tokenizers::qwen2::Qwen2Tokenizer;
+
+/// Max abs difference of the prefill and trailing-text embeddings (the goldens' own check of
+/// the spec's layout against the official code allows the same).
+const EMBEDDING_TOLERANCE: f32 = 1e-5;
+/// Max abs difference of the talker's logits and hidden states, every step.
+const TALKER_TOLERANCE: f32 = 1e-4;
+
+struct Goldens {
+    json: Value,
+    tensors: Vec<u8>,
+}
+
+impl Goldens {
+    fn load(preset: Qwen3Preset) -> Goldens {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/goldens/qwen3_tts")
+            .join(preset.name());
+        let json =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("goldens.json")).unwrap())
+                .unwrap();
+        let tensors = std::fs::read(dir.join("tensors.safetensors")).unwrap();
+        Goldens { json, tensors }
+    }
+
+    /// An f32 tensor of the goldens, flat.
+    fn f32s(&self, name: &str) -> Vec<f32> {
+        let st = SafeTensors::deserialize(&self.tensors).unwrap();
+        let view = st.tensor(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(view.dtype(), safetensors::Dtype::F32, "{name}");
+        view.data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    }
+
+    fn has(&self, name: &str) -> bool {
+        let st = SafeTensors::deserialize(&self.tensors).unwrap();
+        st.names().iter().any(|n| *n == name)
+    }
+
+    /// The preset's checkpoint, made again and checked against the file the goldens came from.
+    fn model_dir(&self, preset: Qwen3Preset, tmp: &Path) -> PathBuf {
+        let dir = tmp.join(preset.name());
+        make_qwen3_test_model(&dir, preset, self.json["seed"].as_u64().unwrap()).unwrap();
+        let bytes = std::fs::read(dir.join("model.safetensors")).unwrap();
+        assert_eq!(
+            format!("{:x}", Sha256::digest(&bytes)),
+            self.json["checkpoint_sha256"]["model.safetensors"],
+            "{}: not the checkpoint the goldens were made from",
+            preset.name()
+        );
+        dir
+    }
+}
+
+fn ids(value: &Value) -> Option<Vec<u32>> {
+    value
+        .as_array()
+        .map(|a| a.iter().map(|v| v.as_u64().unwrap() as u32).collect())
+}
+
+fn codes(value: &Value) -> Vec<Vec<u32>> {
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| ids(f).unwrap())
+        .collect()
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "lengths");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// A golden `prefill_layout` entry as a position.
+fn position(entry: &Value) -> Position {
+    let codec = match &entry["codec"] {
+        Value::Null => None,
+        Value::Number(n) => Some(CodecInput::Id(n.as_u64().unwrap() as u32)),
+        Value::String(s) if s == "x_vector" => Some(CodecInput::XVector),
+        Value::Object(o) => Some(CodecInput::RefFrame(
+            o["ref_frame"].as_u64().unwrap() as usize
+        )),
+        other => panic!("unknown codec entry {other}"),
+    };
+    Position {
+        text: entry["text"].as_u64().unwrap() as u32,
+        codec,
+    }
+}
+
+/// The worst differences of one case, for the summary line.
+#[derive(Default)]
+struct Diffs {
+    prefill: f32,
+    trailing: f32,
+    logits: f32,
+    hidden: f32,
+}
+
+fn check_preset(preset: Qwen3Preset) {
+    let _guard = tch::no_grad_guard();
+    let name = preset.name();
+    let goldens = Goldens::load(preset);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = goldens.model_dir(preset, tmp.path());
+    let options = TalkerOptions {
+        max_sessions: 1,
+        max_positions: 128,
+    };
+    let model = Qwen3Tts::<TchTensor>::load(&dir, &tch::Device::Cpu, DType::F32, &options).unwrap();
+    let tok = Qwen2Tokenizer::from_folder(&dir).unwrap();
+    let max_new_tokens = goldens.json["max_new_tokens"].as_u64().unwrap() as usize;
+    // The same clip in every Base case: one x-vector.
+    let x_vector = (goldens.json["tts_model_type"] == "base").then(|| goldens.f32s("icl.x_vector"));
+
+    let cases = goldens.json["cases"].as_array().unwrap();
+    assert!(!cases.is_empty());
+    for case in cases {
+        let case_name = case["name"].as_str().unwrap();
+        let what = format!("{name} {case_name}");
+        let request = &case["request"];
+
+        // The wrapped texts tokenize to the official ids.
+        let text_ids = ids(&case["input_ids"]).unwrap();
+        assert_eq!(
+            tok.encode(&target_text(request["text"].as_str().unwrap())),
+            text_ids,
+            "{what}: text ids"
+        );
+        let instruct_ids = request["instruct"]
+            .as_str()
+            .map(|i| tok.encode(&instruct_text(i)));
+        if let Some(official) = ids(&case["instruct_ids"]) {
+            assert_eq!(
+                instruct_ids.as_ref(),
+                Some(&official),
+                "{what}: instruct ids"
+            );
+        }
+        let reference = ids(&case["ref_ids"]).map(|ref_ids| {
+            assert_eq!(
+                tok.encode(&reference_text(request["ref_text"].as_str().unwrap())),
+                ref_ids,
+                "{what}: reference ids"
+            );
+            Reference {
+                text_ids: ref_ids,
+                codes: codes(&case["ref_codes"]),
+            }
+        });
+        let cloned = x_vector.as_ref().map(|x| ClonedVoice {
+            x_vector: x.clone(),
+            reference,
+        });
+        let voice = match case["api"].as_str().unwrap() {
+            "generate_custom_voice" => Voice::Speaker(request["speaker"].as_str().unwrap()),
+            "generate_voice_design" => Voice::Designed,
+            _ => Voice::Cloned(cloned.as_ref().unwrap()),
+        };
+        let layout = match case["text_layout"].as_str().unwrap() {
+            "streaming" => TextLayout::Streaming,
+            _ => TextLayout::NonStreaming,
+        };
+        let input = PromptInput {
+            text_ids: &text_ids,
+            // Given even where the model drops it (0.6B CustomVoice): the goldens have none.
+            instruct_ids: instruct_ids.as_deref(),
+            language: request["language"].as_str().unwrap(),
+            voice,
+            layout,
+        };
+
+        // The prefill.
+        let mut diffs = Diffs::default();
+        let (prompt, x, trailing) = model.prefill(&input).unwrap();
+        let want: Vec<Position> = case["prefill_layout"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(position)
+            .collect();
+        assert_eq!(prompt.positions, want, "{what}: prefill layout");
+        assert_eq!(
+            Some(prompt.trailing.clone()),
+            ids(&case["trailing_text_ids"]),
+            "{what}: trailing text ids"
+        );
+        diffs.prefill = max_abs_diff(
+            &x.to_vec_f32(),
+            &goldens.f32s(&format!("{case_name}.prefill_embeds")),
+        );
+        diffs.trailing = max_abs_diff(
+            &trailing.to_vec_f32(),
+            &goldens.f32s(&format!("{case_name}.trailing_text")),
+        );
+        assert!(
+            diffs.prefill <= EMBEDDING_TOLERANCE && diffs.trailing <= EMBEDDING_TOLERANCE,
+            "{what}: prefill differs by {}, trailing text by {}",
+            diffs.prefill,
+            diffs.trailing
+        );
+
+        // Generation, step by step.
+        let mut params = GenerationParams::from_config(&model.generation);
+        params.max_new_tokens = max_new_tokens;
+        let greedy = case["greedy"].as_bool().unwrap();
+        let uniforms = match case["uniforms"].as_array() {
+            Some(u) => Uniforms::recorded(u.iter().map(|v| v.as_f64().unwrap()).collect()),
+            None => {
+                assert!(greedy, "{what}: a sampled case without uniforms");
+                params = params.greedy();
+                Uniforms::recorded(Vec::new())
+            }
+        };
+        let mut session = model.start(&input, params, uniforms).unwrap();
+        let hidden = goldens.f32s(&format!("{case_name}.talker_hidden"));
+        let width = hidden.len() / case["talker_steps"].as_u64().unwrap() as usize;
+        let tops = case["talker_top"].as_array().unwrap();
+        let mut step = 0;
+        loop {
+            let logits = session.last_logits();
+            let top = &tops[step];
+            let top_ids = ids(&top["ids"]).unwrap();
+            for (k, (&id, value)) in top_ids
+                .iter()
+                .zip(top["values"].as_array().unwrap())
+                .enumerate()
+            {
+                let diff = (logits[id as usize] - value.as_f64().unwrap() as f32).abs();
+                diffs.logits = diffs.logits.max(diff);
+                assert!(
+                    diff <= TALKER_TOLERANCE,
+                    "{what}: step {step}, top {k} (id {id}) differs by {diff}"
+                );
+            }
+            let best = (0..logits.len())
+                .max_by(|&a, &b| logits[a].total_cmp(&logits[b]).then(b.cmp(&a)))
+                .unwrap() as u32;
+            assert_eq!(best, top_ids[0], "{what}: step {step}: top logit");
+            // The first case of a preset has every logit of the first step.
+            let first = format!("{case_name}.talker_logits_first");
+            if step == 0 && goldens.has(&first) {
+                let d = max_abs_diff(logits, &goldens.f32s(&first));
+                diffs.logits = diffs.logits.max(d);
+                assert!(d <= TALKER_TOLERANCE, "{what}: first logits differ by {d}");
+            }
+            let d = max_abs_diff(
+                &session.last_hidden(),
+                &hidden[step * width..(step + 1) * width],
+            );
+            diffs.hidden = diffs.hidden.max(d);
+            assert!(
+                d <= TALKER_TOLERANCE,
+                "{what}: step {step}: hidden state differs by {d}"
+            );
+            if session.next_frame().unwrap().is_none() {
+                break;
+            }
+            step += 1;
+            assert!(
+                step < tops.len(),
+                "{what}: more talker steps than the official code"
+            );
+        }
+
+        assert_eq!(session.frames(), codes(&case["codes"]), "{what}: codes");
+        assert_eq!(
+            session.tokens().len(),
+            case["talker_steps"].as_u64().unwrap() as usize,
+            "{what}: talker steps"
+        );
+        assert_eq!(
+            session.tokens().last().copied(),
+            case["last_talker_token"].as_u64().map(|t| t as u32),
+            "{what}: last talker token"
+        );
+        let stop = match case["stopped_by"].as_str().unwrap() {
+            "eos" => StopReason::EndAudio,
+            _ => StopReason::MaxFrames,
+        };
+        assert_eq!(session.stop(), Some(stop), "{what}: stop");
+        eprintln!(
+            "{what}: {} frames ({stop:?}), max |diff| prefill {:.1e}, trailing {:.1e}, logits {:.1e}, hidden {:.1e}",
+            session.frames().len(),
+            diffs.prefill,
+            diffs.trailing,
+            diffs.logits,
+            diffs.hidden
+        );
+    }
+}
+
+#[test]
+fn tiny_base_matches_the_official_goldens() {
+    check_preset(Qwen3Preset::TinyBase);
+}
+
+#[test]
+fn tiny_base_1b7_matches_the_official_goldens() {
+    check_preset(Qwen3Preset::TinyBase1b7);
+}
+
+#[test]
+fn tiny_custom_voice_matches_the_official_goldens() {
+    check_preset(Qwen3Preset::TinyCustomVoice);
+}
+
+#[test]
+fn tiny_custom_voice_1b7_matches_the_official_goldens() {
+    check_preset(Qwen3Preset::TinyCustomVoice1b7);
+}
+
+#[test]
+fn tiny_voice_design_matches_the_official_goldens() {
+    check_preset(Qwen3Preset::TinyVoiceDesign);
+}
