@@ -76,6 +76,30 @@ impl Goldens {
     }
 }
 
+impl Goldens {
+    /// The preset's model, with a KV slot for `sessions` at once, and its tokenizer.
+    fn load_model(
+        &self,
+        preset: Qwen3Preset,
+        tmp: &Path,
+        sessions: usize,
+    ) -> (Qwen3Tts<TchTensor>, Qwen2Tokenizer) {
+        let dir = self.model_dir(preset, tmp);
+        let options = TalkerOptions {
+            max_sessions: sessions,
+            max_positions: 128,
+        };
+        let model =
+            Qwen3Tts::<TchTensor>::load(&dir, &tch::Device::Cpu, DType::F32, &options).unwrap();
+        (model, Qwen2Tokenizer::from_folder(&dir).unwrap())
+    }
+
+    /// The x-vector of a Base preset's goldens (the same clip in every case).
+    fn x_vector(&self) -> Option<Vec<f32>> {
+        (self.json["tts_model_type"] == "base").then(|| self.f32s("icl.x_vector"))
+    }
+}
+
 fn ids(value: &Value) -> Option<Vec<u32>> {
     value
         .as_array()
@@ -125,30 +149,18 @@ struct Diffs {
     hidden: f32,
 }
 
-fn check_preset(preset: Qwen3Preset) {
-    let _guard = tch::no_grad_guard();
-    let name = preset.name();
-    let goldens = Goldens::load(preset);
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = goldens.model_dir(preset, tmp.path());
-    let options = TalkerOptions {
-        max_sessions: 1,
-        max_positions: 128,
-    };
-    let model = Qwen3Tts::<TchTensor>::load(&dir, &tch::Device::Cpu, DType::F32, &options).unwrap();
-    let tok = Qwen2Tokenizer::from_folder(&dir).unwrap();
-    let max_new_tokens = goldens.json["max_new_tokens"].as_u64().unwrap() as usize;
-    // The same clip in every Base case: one x-vector.
-    let x_vector = (goldens.json["tts_model_type"] == "base").then(|| goldens.f32s("icl.x_vector"));
+/// A golden case's prompt inputs, the wrapped texts checked against the official ids.
+struct CaseInputs<'g> {
+    case: &'g Value,
+    text_ids: Vec<u32>,
+    instruct_ids: Option<Vec<u32>>,
+    cloned: Option<ClonedVoice>,
+}
 
-    let cases = goldens.json["cases"].as_array().unwrap();
-    assert!(!cases.is_empty());
-    for case in cases {
-        let case_name = case["name"].as_str().unwrap();
-        let what = format!("{name} {case_name}");
+impl<'g> CaseInputs<'g> {
+    /// `x_vector`: the Base goldens' one clip's x-vector.
+    fn new(case: &'g Value, tok: &Qwen2Tokenizer, x_vector: Option<&[f32]>, what: &str) -> Self {
         let request = &case["request"];
-
-        // The wrapped texts tokenize to the official ids.
         let text_ids = ids(&case["input_ids"]).unwrap();
         assert_eq!(
             tok.encode(&target_text(request["text"].as_str().unwrap())),
@@ -176,27 +188,80 @@ fn check_preset(preset: Qwen3Preset) {
                 codes: codes(&case["ref_codes"]),
             }
         });
-        let cloned = x_vector.as_ref().map(|x| ClonedVoice {
-            x_vector: x.clone(),
+        let cloned = x_vector.map(|x| ClonedVoice {
+            x_vector: x.to_vec(),
             reference,
         });
-        let voice = match case["api"].as_str().unwrap() {
+        CaseInputs {
+            case,
+            text_ids,
+            instruct_ids,
+            cloned,
+        }
+    }
+
+    fn input(&self) -> PromptInput<'_> {
+        let request = &self.case["request"];
+        let voice = match self.case["api"].as_str().unwrap() {
             "generate_custom_voice" => Voice::Speaker(request["speaker"].as_str().unwrap()),
             "generate_voice_design" => Voice::Designed,
-            _ => Voice::Cloned(cloned.as_ref().unwrap()),
+            _ => Voice::Cloned(self.cloned.as_ref().unwrap()),
         };
-        let layout = match case["text_layout"].as_str().unwrap() {
+        let layout = match self.case["text_layout"].as_str().unwrap() {
             "streaming" => TextLayout::Streaming,
             _ => TextLayout::NonStreaming,
         };
-        let input = PromptInput {
-            text_ids: &text_ids,
+        PromptInput {
+            text_ids: &self.text_ids,
             // Given even where the model drops it (0.6B CustomVoice): the goldens have none.
-            instruct_ids: instruct_ids.as_deref(),
+            instruct_ids: self.instruct_ids.as_deref(),
             language: request["language"].as_str().unwrap(),
             voice,
             layout,
-        };
+        }
+    }
+}
+
+/// A case's settings: `generation_config.json`'s, greedy, or sampled on the recorded draws.
+fn generation(
+    model: &Qwen3Tts<TchTensor>,
+    case: &Value,
+    max_new_tokens: usize,
+) -> (GenerationParams, Uniforms) {
+    let mut params = GenerationParams::from_config(&model.generation);
+    params.max_new_tokens = max_new_tokens;
+    match case["uniforms"].as_array() {
+        Some(u) => {
+            assert!(!case["greedy"].as_bool().unwrap());
+            let draws = u.iter().map(|v| v.as_f64().unwrap()).collect();
+            (params, Uniforms::recorded(draws))
+        }
+        None => {
+            assert!(
+                case["greedy"].as_bool().unwrap(),
+                "a sampled case without uniforms"
+            );
+            (params.greedy(), Uniforms::recorded(Vec::new()))
+        }
+    }
+}
+
+fn check_preset(preset: Qwen3Preset) {
+    let _guard = tch::no_grad_guard();
+    let name = preset.name();
+    let goldens = Goldens::load(preset);
+    let tmp = tempfile::tempdir().unwrap();
+    let (model, tok) = goldens.load_model(preset, tmp.path(), 1);
+    let max_new_tokens = goldens.json["max_new_tokens"].as_u64().unwrap() as usize;
+    let x_vector = goldens.x_vector();
+
+    let cases = goldens.json["cases"].as_array().unwrap();
+    assert!(!cases.is_empty());
+    for case in cases {
+        let case_name = case["name"].as_str().unwrap();
+        let what = format!("{name} {case_name}");
+        let inputs = CaseInputs::new(case, &tok, x_vector.as_deref(), &what);
+        let input = inputs.input();
 
         // The prefill.
         let mut diffs = Diffs::default();
@@ -229,17 +294,7 @@ fn check_preset(preset: Qwen3Preset) {
         );
 
         // Generation, step by step.
-        let mut params = GenerationParams::from_config(&model.generation);
-        params.max_new_tokens = max_new_tokens;
-        let greedy = case["greedy"].as_bool().unwrap();
-        let uniforms = match case["uniforms"].as_array() {
-            Some(u) => Uniforms::recorded(u.iter().map(|v| v.as_f64().unwrap()).collect()),
-            None => {
-                assert!(greedy, "{what}: a sampled case without uniforms");
-                params = params.greedy();
-                Uniforms::recorded(Vec::new())
-            }
-        };
+        let (params, uniforms) = generation(&model, case, max_new_tokens);
         let mut session = model.start(&input, params, uniforms).unwrap();
         let hidden = goldens.f32s(&format!("{case_name}.talker_hidden"));
         let width = hidden.len() / case["talker_steps"].as_u64().unwrap() as usize;
@@ -307,6 +362,11 @@ fn check_preset(preset: Qwen3Preset) {
             _ => StopReason::MaxFrames,
         };
         assert_eq!(session.stop(), Some(stop), "{what}: stop");
+        assert_eq!(
+            session.uniforms().recorded_left(),
+            Some(0),
+            "{what}: every recorded draw used, no more"
+        );
         eprintln!(
             "{what}: {} frames ({stop:?}), max |diff| prefill {:.1e}, trailing {:.1e}, logits {:.1e}, hidden {:.1e}",
             session.frames().len(),
@@ -341,4 +401,60 @@ fn tiny_custom_voice_1b7_matches_the_official_goldens() {
 #[test]
 fn tiny_voice_design_matches_the_official_goldens() {
     check_preset(Qwen3Preset::TinyVoiceDesign);
+}
+
+/// Every greedy case of a preset stepped together, one batch: each session's codes are its
+/// goldens, sessions that stop early (EOS) leaving the others' unchanged.
+fn check_batched(preset: Qwen3Preset) {
+    let _guard = tch::no_grad_guard();
+    let goldens = Goldens::load(preset);
+    let tmp = tempfile::tempdir().unwrap();
+    let greedy: Vec<&Value> = goldens.json["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["greedy"].as_bool().unwrap())
+        .collect();
+    assert!(greedy.len() > 1);
+    let (model, tok) = goldens.load_model(preset, tmp.path(), greedy.len());
+    let max_new_tokens = goldens.json["max_new_tokens"].as_u64().unwrap() as usize;
+    let x_vector = goldens.x_vector();
+    let inputs: Vec<CaseInputs<'_>> = greedy
+        .iter()
+        .map(|c| CaseInputs::new(c, &tok, x_vector.as_deref(), "batched"))
+        .collect();
+    let mut sessions: Vec<_> = inputs
+        .iter()
+        .map(|i| {
+            let (params, uniforms) = generation(&model, i.case, max_new_tokens);
+            model.start(&i.input(), params, uniforms).unwrap()
+        })
+        .collect();
+    while sessions.iter().any(|s| s.stop().is_none()) {
+        let mut batch: Vec<_> = sessions.iter_mut().collect();
+        model.step(&mut batch).unwrap();
+    }
+    for (session, case) in sessions.iter().zip(&greedy) {
+        let what = format!(
+            "{} {} batched",
+            preset.name(),
+            case["name"].as_str().unwrap()
+        );
+        assert_eq!(session.frames(), codes(&case["codes"]), "{what}: codes");
+        eprintln!(
+            "{what}: {} frames ({:?})",
+            session.frames().len(),
+            session.stop()
+        );
+    }
+}
+
+#[test]
+fn tiny_base_cases_batched_equal_the_official_goldens() {
+    check_batched(Qwen3Preset::TinyBase);
+}
+
+#[test]
+fn tiny_custom_voice_1b7_cases_batched_equal_the_official_goldens() {
+    check_batched(Qwen3Preset::TinyCustomVoice1b7);
 }

@@ -355,6 +355,11 @@ impl<T: Tensor> Session<'_, T> {
         self.stop
     }
 
+    /// Where its sampling draws come from, and what is left of them.
+    pub fn uniforms(&self) -> &Uniforms {
+        &self.uniforms
+    }
+
     /// The talker's raw logits at its last step, before any rule.
     pub fn last_logits(&self) -> &[f32] {
         &self.logits

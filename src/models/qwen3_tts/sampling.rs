@@ -101,6 +101,14 @@ impl Uniforms {
         Uniforms::Recorded { values, next: 0 }
     }
 
+    /// How many recorded draws are still unused; `None` for a seeded stream.
+    pub fn recorded_left(&self) -> Option<usize> {
+        match self {
+            Uniforms::Seeded(_) => None,
+            Uniforms::Recorded { values, next } => Some(values.len() - next),
+        }
+    }
+
     /// The next draw in `[0, 1)`.
     pub fn draw(&mut self) -> Result<f64, SampleError> {
         match self {
