@@ -58,7 +58,7 @@ impl Goldens {
 
     fn has(&self, name: &str) -> bool {
         let st = SafeTensors::deserialize(&self.tensors).unwrap();
-        st.names().iter().any(|n| *n == name)
+        st.names().contains(&name)
     }
 
     /// The preset's checkpoint, made again and checked against the file the goldens came from.
