@@ -1,7 +1,7 @@
 //! Voxtral Realtime parity with the references on the `stt-tiny` checkpoint, f32 on libtorch
 //! (CPU). Goldens from tools/goldens/voxtral_realtime/make_goldens.py: mistral-common 1.13.1's
 //! offline padding and prompt, vLLM 0.33.0's log-mel, transformers 5.23.0's conv stem,
-//! encoder and adapter.
+//! encoder, adapter, decoder logits and greedy tokens, and mistral-common's text of them.
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -10,6 +10,7 @@ use voxtral_tts::models::voxtral_realtime::audio_tower::AudioTower;
 use voxtral_tts::models::voxtral_realtime::mel::MelFrontEnd;
 use voxtral_tts::models::voxtral_realtime::params::Config;
 use voxtral_tts::models::voxtral_realtime::prompt::SpecialIds;
+use voxtral_tts::models::voxtral_realtime::transcriber::Transcriber;
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::{DType, Tensor};
 use voxtral_tts::testmodel::{cached_test_model, Preset};
@@ -19,6 +20,8 @@ use voxtral_tts::tokenizers::tekken::Tekken;
 const MEL_TOLERANCE: f32 = 1e-5;
 /// Max abs difference from the reference at each encoder-side stage, f32.
 const STAGE_TOLERANCE: f32 = 1e-5;
+/// Max abs difference from the reference's decoder logits (values of a few units), f32.
+const LOGITS_TOLERANCE: f32 = 1e-4;
 /// Max abs difference between the chunked and the whole-utterance conv stem (f32 rounding).
 const STREAMING_TOLERANCE: f32 = 1e-6;
 
@@ -48,6 +51,17 @@ impl Golden {
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect()
+    }
+
+    /// The golden signal, before padding.
+    fn signal(&self) -> Vec<f32> {
+        let left = self.usize("left_pad_samples");
+        let samples = self.case["signal"]["samples"].as_u64().unwrap() as usize;
+        self.f32s("padded.f32")[left..left + samples].to_vec()
+    }
+
+    fn tokens(&self, key: &str) -> Vec<u32> {
+        serde_json::from_value(self.case[key].clone()).unwrap()
     }
 
     /// The checkpoint folder, verified byte for byte against the goldens' source.
@@ -195,3 +209,63 @@ fn streamed_conv_stem_equals_offline() {
         "streamed conv stem differs by {diff}"
     );
 }
+
+/// The decoder alone, on the reference's audio embeddings: the logits of every decoded
+/// position and the greedy tokens. Positions past the decoder's window (48 in stt-tiny) are
+/// among them.
+#[test]
+fn decoder_logits_and_greedy_tokens_match_transformers() {
+    let _guard = tch::no_grad_guard();
+    let golden = Golden::load();
+    let dir = golden.model_dir();
+    let audio_tokens = golden.usize("audio_tokens");
+    let model = Transcriber::<TchTensor>::load(&dir, &CPU, DType::F32, audio_tokens).unwrap();
+    let dim = model.config.args.dim;
+    let embeddings = TchTensor::from_f32(
+        &CPU,
+        &golden.f32s("adapter.f32"),
+        &[1, audio_tokens, dim],
+        DType::F32,
+    );
+    let mut logits = Vec::new();
+    let tokens = model.greedy(&embeddings, |step| logits.extend(step.to_vec_f32()));
+    let want = golden.tokens("greedy_tokens");
+    assert!(
+        audio_tokens > model.config.args.sliding_window.unwrap(),
+        "the golden no longer crosses the decoder window"
+    );
+    let shape: Vec<usize> = serde_json::from_value(golden.case["logits_shape"].clone()).unwrap();
+    assert_eq!(shape, [want.len(), model.config.args.vocab_size]);
+    let diff = max_abs_diff(&logits, &golden.f32s("logits.f32"), "logits");
+    eprintln!(
+        "decoder logits ({} steps): max abs diff {diff:e}",
+        want.len()
+    );
+    assert!(diff <= LOGITS_TOLERANCE, "logits differ by {diff}");
+    assert_eq!(tokens, want);
+}
+
+/// Audio in, text out: padding, mel, encoder, adapter and decoder of our own, against the
+/// reference's tokens and mistral-common's text of them.
+#[test]
+fn offline_transcription_matches_the_references() {
+    let _guard = tch::no_grad_guard();
+    let golden = Golden::load();
+    let dir = golden.model_dir();
+    let signal = golden.signal();
+    let config = Config::load(&dir).unwrap();
+    let positions = config.streaming.offline_positions(signal.len());
+    assert_eq!(positions, golden.usize("audio_tokens"));
+    let model = Transcriber::<TchTensor>::load(&dir, &CPU, DType::F32, positions).unwrap();
+    let transcript = model.transcribe(&signal).unwrap();
+    assert_eq!(transcript.tokens, golden.tokens("greedy_tokens"));
+    assert_eq!(transcript.text, golden.case["text"].as_str().unwrap());
+    // transformers' own generate, with its caches, stops one token earlier.
+    let generated = golden.tokens("hf_generate_tokens");
+    assert_eq!(transcript.tokens[..generated.len()], generated[..]);
+    // A model loaded for fewer positions refuses the utterance rather than overflowing.
+    let short = Transcriber::<TchTensor>::load(&dir, &CPU, DType::F32, positions - 1).unwrap();
+    let err = short.transcribe(&signal).unwrap_err().to_string();
+    assert!(err.contains("too long"), "{err}");
+}
+
