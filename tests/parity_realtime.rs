@@ -10,6 +10,7 @@ use voxtral_tts::models::voxtral_realtime::audio_tower::AudioTower;
 use voxtral_tts::models::voxtral_realtime::mel::MelFrontEnd;
 use voxtral_tts::models::voxtral_realtime::params::Config;
 use voxtral_tts::models::voxtral_realtime::prompt::SpecialIds;
+use voxtral_tts::models::voxtral_realtime::streaming::{AudioStream, TranscriptionStream};
 use voxtral_tts::models::voxtral_realtime::transcriber::Transcriber;
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::{DType, Tensor};
@@ -269,3 +270,88 @@ fn offline_transcription_matches_the_references() {
     assert!(err.contains("too long"), "{err}");
 }
 
+/// Audio pushed in pieces of several sizes (one sample, odd, one token, all at once): the
+/// streamed audio embeddings equal the offline ones, and decoding them as they come gives the
+/// reference's logits and tokens. Offline-exact streaming, not vLLM's realtime grid (see
+/// `streaming`'s docs).
+#[test]
+fn streaming_equals_offline_transcription() {
+    let _guard = tch::no_grad_guard();
+    let golden = Golden::load();
+    let dir = golden.model_dir();
+    let signal = golden.signal();
+    let positions = golden.usize("audio_tokens");
+    let model = Transcriber::<TchTensor>::load(&dir, &CPU, DType::F32, positions).unwrap();
+    let offline = model.transcribe(&signal).unwrap();
+    let offline_embeddings = model.audio_embeddings(&signal).unwrap().to_vec_f32();
+    let want_logits = golden.f32s("logits.f32");
+    for piece in [1, 333, 1280, signal.len()] {
+        let mut audio = AudioStream::start(&model).unwrap();
+        let mut decoding = model.start_decoding(positions);
+        let (mut embeddings, mut logits, mut tokens) = (Vec::new(), Vec::new(), Vec::new());
+        let mut observe = |step: &TchTensor| logits.extend(step.to_vec_f32());
+        let mut parts: Vec<Option<TchTensor>> = signal
+            .chunks(piece)
+            .map(|chunk| audio.push(chunk).unwrap())
+            .collect();
+        parts.push(audio.finish().unwrap());
+        for part in parts.into_iter().flatten() {
+            embeddings.extend(part.to_vec_f32());
+            tokens.extend(decoding.feed(&part, &mut observe));
+        }
+        let what = format!("streamed embeddings, pieces of {piece}");
+        let diff = max_abs_diff(&embeddings, &offline_embeddings, &what);
+        eprintln!("{what}: max abs diff {diff:e} from offline");
+        assert!(diff <= STAGE_TOLERANCE, "{what} differ by {diff}");
+        let diff = max_abs_diff(&logits, &want_logits, "streamed logits");
+        eprintln!("streamed logits, pieces of {piece}: max abs diff {diff:e} from the reference");
+        assert!(diff <= LOGITS_TOLERANCE, "streamed logits differ by {diff}");
+        assert_eq!(tokens, offline.tokens, "pieces of {piece}");
+    }
+
+    // The whole stream: tokens as they come, then the transcript, both the offline ones.
+    let mut stream = TranscriptionStream::start(&model).unwrap();
+    let mut tokens = Vec::new();
+    for chunk in signal.chunks(1000) {
+        tokens.extend(stream.push(chunk).unwrap());
+    }
+    let (last, transcript) = stream.finish().unwrap();
+    tokens.extend(last);
+    assert_eq!(tokens, offline.tokens);
+    assert_eq!(transcript, offline);
+
+    // A model loaded for fewer positions refuses the stream's end rather than overflowing.
+    let short = Transcriber::<TchTensor>::load(&dir, &CPU, DType::F32, positions - 1).unwrap();
+    let mut stream = TranscriptionStream::start(&short).unwrap();
+    stream.push(&signal).unwrap();
+    let err = stream.finish().unwrap_err().to_string();
+    assert!(err.contains("too long"), "{err}");
+}
+
+/// Positions are embedded as soon as the audio covers their last mel frame (2.5 ms of
+/// look-ahead past their 80 ms), not before.
+#[test]
+fn a_stream_embeds_a_position_once_its_look_ahead_is_in() {
+    let _guard = tch::no_grad_guard();
+    let golden = Golden::load();
+    let dir = golden.model_dir();
+    let model = Transcriber::<TchTensor>::load(&dir, &CPU, DType::F32, 64).unwrap();
+    let streaming = &model.config.streaming;
+    let (left, token) = (
+        streaming.left_pad_tokens * streaming.samples_per_token,
+        streaming.samples_per_token,
+    );
+    let mut audio = AudioStream::start(&model).unwrap();
+    let count = |part: Option<TchTensor>| part.map_or(0, |p| p.shape()[1]);
+    // Position left_pad_tokens needs its frame and 40 samples more.
+    let first = token + streaming.look_ahead_samples;
+    let signal = vec![0.1f32; first + token];
+    let before = count(audio.push(&signal[..first - 1]).unwrap());
+    assert_eq!(before, streaming.left_pad_tokens, "{left} pad samples");
+    assert_eq!(count(audio.push(&signal[first - 1..first]).unwrap()), 1);
+    assert_eq!(
+        count(audio.push(&signal[first..first + token - 1]).unwrap()),
+        0
+    );
+    assert_eq!(count(audio.push(&signal[first + token - 1..]).unwrap()), 1);
+}

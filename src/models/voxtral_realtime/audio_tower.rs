@@ -29,7 +29,7 @@ pub struct AudioEmbeddings<T> {
 pub struct AudioTower<T: Tensor> {
     pub encoder: Encoder<T>,
     pub adapter: Adapter<T>,
-    device: T::Device,
+    pub(super) device: T::Device,
     dtype: DType,
     /// The memory maps the weights may point into.
     _weights: Vec<Arc<Mmap>>,

@@ -45,6 +45,8 @@ pub enum TranscribeError {
     },
     #[error(transparent)]
     Mel(#[from] MelError),
+    #[error("this model cannot transcribe a stream: {0}")]
+    NotStreamable(&'static str),
 }
 
 /// A Voxtral Realtime folder loaded for offline transcription.
@@ -52,10 +54,10 @@ pub struct Transcriber<T: Tensor> {
     pub config: Config,
     pub tokenizer: Tekken,
     pub special: SpecialIds,
-    tower: AudioTower<T>,
+    pub(super) tower: AudioTower<T>,
     decoder: TextDecoder<T>,
-    mel: MelFrontEnd,
-    dtype: DType,
+    pub(super) mel: MelFrontEnd,
+    pub(super) dtype: DType,
     max_positions: usize,
 }
 
