@@ -246,3 +246,79 @@ fn make_serve_without_model_or_network_says_what_to_pass() {
     );
     assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 0);
 }
+
+/// The Voxtral Realtime goldens' signal as a 32-bit float WAV at 16 kHz (no rounding), and
+/// the goldens' case.
+fn realtime_golden_wav(dir: &Path) -> (std::path::PathBuf, serde_json::Value) {
+    let goldens = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goldens/voxtral_realtime");
+    let case: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(goldens.join("case.json")).unwrap()).unwrap();
+    let left = case["left_pad_samples"].as_u64().unwrap() as usize;
+    let samples = case["signal"]["samples"].as_u64().unwrap() as usize;
+    let padded = std::fs::read(goldens.join("padded.f32")).unwrap();
+    let data = &padded[4 * left..4 * (left + samples)];
+    let mut wav = b"RIFF".to_vec();
+    wav.extend((36 + data.len() as u32).to_le_bytes());
+    wav.extend(b"WAVEfmt ");
+    wav.extend(16u32.to_le_bytes()); // fmt chunk size
+    wav.extend(3u16.to_le_bytes()); // IEEE float
+    wav.extend(1u16.to_le_bytes()); // mono
+    wav.extend(16_000u32.to_le_bytes()); // sample rate
+    wav.extend(64_000u32.to_le_bytes()); // bytes per second
+    wav.extend(4u16.to_le_bytes()); // bytes per frame
+    wav.extend(32u16.to_le_bytes()); // bits per sample
+    wav.extend(b"data");
+    wav.extend((data.len() as u32).to_le_bytes());
+    wav.extend(data);
+    let path = dir.join("speech.wav");
+    std::fs::write(&path, wav).unwrap();
+    (path, case)
+}
+
+#[test]
+fn transcribe_prints_the_text_and_dumps_the_golden_tokens() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (wav, case) = realtime_golden_wav(tmp.path());
+    let model = cached_test_model(Preset::SttTiny, case["seed"].as_u64().unwrap()).unwrap();
+    let tokens = tmp.path().join("tokens.json");
+    let stdout = run_ok(
+        cli()
+            .args(["transcribe", "--dtype", "f32", "--device", "cpu", "--model"])
+            .arg(&model)
+            .arg("--input")
+            .arg(&wav)
+            .arg("--dump-tokens")
+            .arg(&tokens),
+    );
+    assert_eq!(stdout, format!("{}\n", case["text"].as_str().unwrap()));
+    let dumped: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&tokens).unwrap()).unwrap();
+    assert_eq!(dumped["tokens"], case["greedy_tokens"]);
+
+    // Not audio, a missing file, a folder of another family: one line each, non-zero exit.
+    let junk = tmp.path().join("junk.wav");
+    std::fs::write(&junk, b"this is not audio at all").unwrap();
+    let err = run_err(
+        cli()
+            .args(["transcribe", "--device", "cpu", "--model"])
+            .arg(&model)
+            .arg("--input")
+            .arg(&junk),
+    );
+    assert!(err.contains("junk.wav"), "{err}");
+    let err = run_err(
+        cli()
+            .args(["transcribe", "--device", "cpu", "--model"])
+            .arg(&model)
+            .arg("--input")
+            .arg(tmp.path().join("missing.wav")),
+    );
+    assert!(err.contains("missing.wav"), "{err}");
+    let err = run_err(
+        cli()
+            .args(["transcribe", "--device", "cpu", "--model", &self::model()])
+            .arg("--input")
+            .arg(&wav),
+    );
+    assert!(err.contains("Voxtral TTS"), "{err}");
+}

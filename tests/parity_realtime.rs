@@ -1,7 +1,7 @@
 //! Voxtral Realtime parity with the references on the `stt-tiny` checkpoint, f32 on libtorch
 //! (CPU). Goldens from tools/goldens/voxtral_realtime/make_goldens.py: mistral-common 1.13.1's
 //! offline padding and prompt, vLLM 0.33.0's log-mel, transformers 5.23.0's conv stem,
-//! encoder and adapter.
+//! encoder, adapter, decoder logits and greedy tokens, and mistral-common's text of them.
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -10,6 +10,8 @@ use voxtral_tts::models::voxtral_realtime::audio_tower::AudioTower;
 use voxtral_tts::models::voxtral_realtime::mel::MelFrontEnd;
 use voxtral_tts::models::voxtral_realtime::params::Config;
 use voxtral_tts::models::voxtral_realtime::prompt::SpecialIds;
+use voxtral_tts::models::voxtral_realtime::streaming::{AudioStream, TranscriptionStream};
+use voxtral_tts::models::voxtral_realtime::transcriber::Transcriber;
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::{DType, Tensor};
 use voxtral_tts::testmodel::{cached_test_model, Preset};
@@ -19,6 +21,8 @@ use voxtral_tts::tokenizers::tekken::Tekken;
 const MEL_TOLERANCE: f32 = 1e-5;
 /// Max abs difference from the reference at each encoder-side stage, f32.
 const STAGE_TOLERANCE: f32 = 1e-5;
+/// Max abs difference from the reference's decoder logits (values of a few units), f32.
+const LOGITS_TOLERANCE: f32 = 1e-4;
 /// Max abs difference between the chunked and the whole-utterance conv stem (f32 rounding).
 const STREAMING_TOLERANCE: f32 = 1e-6;
 
@@ -48,6 +52,17 @@ impl Golden {
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect()
+    }
+
+    /// The golden signal, before padding.
+    fn signal(&self) -> Vec<f32> {
+        let left = self.usize("left_pad_samples");
+        let samples = self.case["signal"]["samples"].as_u64().unwrap() as usize;
+        self.f32s("padded.f32")[left..left + samples].to_vec()
+    }
+
+    fn tokens(&self, key: &str) -> Vec<u32> {
+        serde_json::from_value(self.case[key].clone()).unwrap()
     }
 
     /// The checkpoint folder, verified byte for byte against the goldens' source.
@@ -194,4 +209,149 @@ fn streamed_conv_stem_equals_offline() {
         diff <= STREAMING_TOLERANCE,
         "streamed conv stem differs by {diff}"
     );
+}
+
+/// The decoder alone, on the reference's audio embeddings: the logits of every decoded
+/// position and the greedy tokens. Positions past the decoder's window (48 in stt-tiny) are
+/// among them.
+#[test]
+fn decoder_logits_and_greedy_tokens_match_transformers() {
+    let _guard = tch::no_grad_guard();
+    let golden = Golden::load();
+    let dir = golden.model_dir();
+    let audio_tokens = golden.usize("audio_tokens");
+    let model = Transcriber::<TchTensor>::load(&dir, &CPU, DType::F32, audio_tokens).unwrap();
+    let dim = model.config.args.dim;
+    let embeddings = TchTensor::from_f32(
+        &CPU,
+        &golden.f32s("adapter.f32"),
+        &[1, audio_tokens, dim],
+        DType::F32,
+    );
+    let mut logits = Vec::new();
+    let tokens = model.greedy(&embeddings, |step| logits.extend(step.to_vec_f32()));
+    let want = golden.tokens("greedy_tokens");
+    assert!(
+        audio_tokens > model.config.args.sliding_window.unwrap(),
+        "the golden no longer crosses the decoder window"
+    );
+    let shape: Vec<usize> = serde_json::from_value(golden.case["logits_shape"].clone()).unwrap();
+    assert_eq!(shape, [want.len(), model.config.args.vocab_size]);
+    let diff = max_abs_diff(&logits, &golden.f32s("logits.f32"), "logits");
+    eprintln!(
+        "decoder logits ({} steps): max abs diff {diff:e}",
+        want.len()
+    );
+    assert!(diff <= LOGITS_TOLERANCE, "logits differ by {diff}");
+    assert_eq!(tokens, want);
+}
+
+/// Audio in, text out: padding, mel, encoder, adapter and decoder of our own, against the
+/// reference's tokens and mistral-common's text of them.
+#[test]
+fn offline_transcription_matches_the_references() {
+    let _guard = tch::no_grad_guard();
+    let golden = Golden::load();
+    let dir = golden.model_dir();
+    let signal = golden.signal();
+    let config = Config::load(&dir).unwrap();
+    let positions = config.streaming.offline_positions(signal.len());
+    assert_eq!(positions, golden.usize("audio_tokens"));
+    let model = Transcriber::<TchTensor>::load(&dir, &CPU, DType::F32, positions).unwrap();
+    let transcript = model.transcribe(&signal).unwrap();
+    assert_eq!(transcript.tokens, golden.tokens("greedy_tokens"));
+    assert_eq!(transcript.text, golden.case["text"].as_str().unwrap());
+    // transformers' own generate, with its caches, stops one token earlier.
+    let generated = golden.tokens("hf_generate_tokens");
+    assert_eq!(transcript.tokens[..generated.len()], generated[..]);
+    // A model loaded for fewer positions refuses the utterance rather than overflowing.
+    let short = Transcriber::<TchTensor>::load(&dir, &CPU, DType::F32, positions - 1).unwrap();
+    let err = short.transcribe(&signal).unwrap_err().to_string();
+    assert!(err.contains("too long"), "{err}");
+}
+
+/// Audio pushed in pieces of several sizes (one sample, odd, one token, all at once): the
+/// streamed audio embeddings equal the offline ones, and decoding them as they come gives the
+/// reference's logits and tokens. Offline-exact streaming, not vLLM's realtime grid (see
+/// `streaming`'s docs).
+#[test]
+fn streaming_equals_offline_transcription() {
+    let _guard = tch::no_grad_guard();
+    let golden = Golden::load();
+    let dir = golden.model_dir();
+    let signal = golden.signal();
+    let positions = golden.usize("audio_tokens");
+    let model = Transcriber::<TchTensor>::load(&dir, &CPU, DType::F32, positions).unwrap();
+    let offline = model.transcribe(&signal).unwrap();
+    let offline_embeddings = model.audio_embeddings(&signal).unwrap().to_vec_f32();
+    let want_logits = golden.f32s("logits.f32");
+    for piece in [1, 333, 1280, signal.len()] {
+        let mut audio = AudioStream::start(&model).unwrap();
+        let mut decoding = model.start_decoding(positions);
+        let (mut embeddings, mut logits, mut tokens) = (Vec::new(), Vec::new(), Vec::new());
+        let mut observe = |step: &TchTensor| logits.extend(step.to_vec_f32());
+        let mut parts: Vec<Option<TchTensor>> = signal
+            .chunks(piece)
+            .map(|chunk| audio.push(chunk).unwrap())
+            .collect();
+        parts.push(audio.finish().unwrap());
+        for part in parts.into_iter().flatten() {
+            embeddings.extend(part.to_vec_f32());
+            tokens.extend(decoding.feed(&part, &mut observe));
+        }
+        let what = format!("streamed embeddings, pieces of {piece}");
+        let diff = max_abs_diff(&embeddings, &offline_embeddings, &what);
+        eprintln!("{what}: max abs diff {diff:e} from offline");
+        assert!(diff <= STAGE_TOLERANCE, "{what} differ by {diff}");
+        let diff = max_abs_diff(&logits, &want_logits, "streamed logits");
+        eprintln!("streamed logits, pieces of {piece}: max abs diff {diff:e} from the reference");
+        assert!(diff <= LOGITS_TOLERANCE, "streamed logits differ by {diff}");
+        assert_eq!(tokens, offline.tokens, "pieces of {piece}");
+    }
+
+    // The whole stream: tokens as they come, then the transcript, both the offline ones.
+    let mut stream = TranscriptionStream::start(&model).unwrap();
+    let mut tokens = Vec::new();
+    for chunk in signal.chunks(1000) {
+        tokens.extend(stream.push(chunk).unwrap());
+    }
+    let (last, transcript) = stream.finish().unwrap();
+    tokens.extend(last);
+    assert_eq!(tokens, offline.tokens);
+    assert_eq!(transcript, offline);
+
+    // A model loaded for fewer positions refuses the stream's end rather than overflowing.
+    let short = Transcriber::<TchTensor>::load(&dir, &CPU, DType::F32, positions - 1).unwrap();
+    let mut stream = TranscriptionStream::start(&short).unwrap();
+    stream.push(&signal).unwrap();
+    let err = stream.finish().unwrap_err().to_string();
+    assert!(err.contains("too long"), "{err}");
+}
+
+/// Positions are embedded as soon as the audio covers their last mel frame (2.5 ms of
+/// look-ahead past their 80 ms), not before.
+#[test]
+fn a_stream_embeds_a_position_once_its_look_ahead_is_in() {
+    let _guard = tch::no_grad_guard();
+    let golden = Golden::load();
+    let dir = golden.model_dir();
+    let model = Transcriber::<TchTensor>::load(&dir, &CPU, DType::F32, 64).unwrap();
+    let streaming = &model.config.streaming;
+    let (left, token) = (
+        streaming.left_pad_tokens * streaming.samples_per_token,
+        streaming.samples_per_token,
+    );
+    let mut audio = AudioStream::start(&model).unwrap();
+    let count = |part: Option<TchTensor>| part.map_or(0, |p| p.shape()[1]);
+    // Position left_pad_tokens needs its frame and 40 samples more.
+    let first = token + streaming.look_ahead_samples;
+    let signal = vec![0.1f32; first + token];
+    let before = count(audio.push(&signal[..first - 1]).unwrap());
+    assert_eq!(before, streaming.left_pad_tokens, "{left} pad samples");
+    assert_eq!(count(audio.push(&signal[first - 1..first]).unwrap()), 1);
+    assert_eq!(
+        count(audio.push(&signal[first..first + token - 1]).unwrap()),
+        0
+    );
+    assert_eq!(count(audio.push(&signal[first + token - 1..]).unwrap()), 1);
 }

@@ -6,6 +6,7 @@ mod download;
 mod load;
 mod serve;
 mod synth;
+mod transcribe;
 
 #[cfg(feature = "testmodel")]
 use crate::testmodel::{make_any_test_model, AnyPreset};
@@ -30,6 +31,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Synthesize speech to a WAV file (16-bit PCM, mono, 24 kHz).
     Synth(synth::SynthArgs),
+    /// Transcribe an audio file with a Voxtral Realtime folder (prints the text).
+    Transcribe(transcribe::TranscribeArgs),
     /// List the preset voices of a model folder.
     Voices {
         /// Model folder (params.json, consolidated.safetensors, tekken.json, voice_embedding/).
@@ -71,6 +74,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Synth(args) => synth::run(args),
+        Command::Transcribe(args) => transcribe::run(args),
         Command::Voices { model } => synth::list_voices(&model),
         #[cfg(feature = "testmodel")]
         Command::Bench(args) => bench::run(args),

@@ -1,6 +1,6 @@
 //! One folder per model family, each loading its published folder and implementing the
-//! engine interface (`crate::engine`); [`load_tts`] tells which family a folder holds from its
-//! configuration file.
+//! engine interface (`crate::engine`); [`detect_family`] tells which family a folder holds from
+//! its configuration file, [`load_tts`] loads the speaking ones.
 //!
 //! Adding a family: a folder here with its config structs, its model written against
 //! `crate::tensor::Tensor` from the layers in `crate::nn`, a `TextToSpeech` (and
@@ -24,6 +24,10 @@ pub enum Family {
     /// Mistral's Voxtral-4B-TTS: params.json, consolidated.safetensors, tekken.json,
     /// voice_embedding/.
     VoxtralTts,
+    /// Mistral's Voxtral-Mini-4B-Realtime (speech to text): params.json with
+    /// `multimodal.whisper_model_args`, consolidated.safetensors, tekken.json with an `audio`
+    /// section. Transcribes (`voxtral_realtime::transcriber`); not served yet.
+    VoxtralRealtime,
 }
 
 /// A model folder's configuration file and the family it names, read once (the folder may be
@@ -61,7 +65,11 @@ impl FolderConfig {
                 });
             }
             if multimodal.get("whisper_model_args").is_some() {
-                return Err(unsupported(&params, "Voxtral Realtime (speech-to-text)"));
+                return Ok(FolderConfig {
+                    family: Family::VoxtralRealtime,
+                    text,
+                    file: params.display().to_string(),
+                });
             }
             return Err(LoadError::invalid(
                 params.display().to_string(),
@@ -97,8 +105,13 @@ fn read_json(path: &Path) -> Result<(String, Value), LoadError> {
     Ok((text, json))
 }
 
+/// The family of the model folder `dir`, or why it has none this server knows.
+pub fn detect_family(dir: &Path) -> Result<Family, LoadError> {
+    FolderConfig::read(dir).map(|folder| folder.family)
+}
+
 /// Detects the family of `dir`, loads it on `device` with `options` and hands the engine to
-/// `with`.
+/// `with`. A speech-to-text folder is refused: it does not speak.
 pub fn load_tts<T: Tensor, W: WithEngine>(
     dir: &Path,
     device: &T::Device,
@@ -113,6 +126,12 @@ pub fn load_tts<T: Tensor, W: WithEngine>(
             let voxtral = Voxtral::<T>::load_with(dir, config, device, dtype, &options)?;
             Ok(with.run(voxtral))
         }
+        Family::VoxtralRealtime => Err(LoadError::invalid(
+            folder.file,
+            "(family)",
+            "this is a Voxtral Realtime (speech-to-text) model folder: it transcribes \
+             (`voxtral-tts transcribe`), it does not speak; the server does not serve it yet",
+        )),
     }
 }
 
@@ -129,7 +148,7 @@ mod tests {
     }
 
     fn family(dir: &Path) -> Result<Family, LoadError> {
-        FolderConfig::read(dir).map(|config| config.family)
+        detect_family(dir)
     }
 
     fn error(files: &[(&str, &str)]) -> String {
@@ -140,11 +159,11 @@ mod tests {
     fn detects_each_family_or_says_why_not() {
         let tts = folder(&[("params.json", r#"{"multimodal": {"audio_model_args": {}}}"#)]);
         assert_eq!(family(tts.path()).unwrap(), Family::VoxtralTts);
-        let stt = error(&[(
+        let stt = folder(&[(
             "params.json",
             r#"{"multimodal": {"whisper_model_args": {}}}"#,
         )]);
-        assert!(stt.contains("Voxtral Realtime"), "{stt}");
+        assert_eq!(family(stt.path()).unwrap(), Family::VoxtralRealtime);
         let qwen = error(&[("config.json", r#"{"model_type": "qwen3_tts"}"#)]);
         assert!(
             qwen.contains("Qwen3-TTS") && qwen.contains("config.json"),

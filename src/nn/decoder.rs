@@ -1,7 +1,9 @@
 //! The Mistral-style decoder: pre-norm layers with RoPE, GQA, SwiGLU and a slot KV pool
 //! ([`KvPool`]). Returns the final-normed hidden states. Voxtral TTS's backbone is one; Voxtral
-//! Realtime's text decoder has the same shape; Qwen3's ([`DecoderStyle::Qwen3`]) adds per-head
-//! query and key norms (Qwen3-TTS's talker and code predictor).
+//! Realtime's text decoder has the same shape, plus a sliding attention window
+//! ([`Decoder::with_window`]) and a fixed per-layer scale of the feed-forward norm's output (its
+//! delay conditioning, [`Decoder::with_ffn_norm_scales`]); Qwen3's ([`DecoderStyle::Qwen3`])
+//! adds per-head query and key norms (Qwen3-TTS's talker and code predictor).
 
 use super::kv_pool::{KvPool, KvSlot};
 use super::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
@@ -58,6 +60,10 @@ pub struct Decoder<T: Tensor> {
     rope: T::Rope,
     style: DecoderStyle,
     device: T::Device,
+    /// Positions a query attends to, itself included; `None`: every earlier one.
+    window: Option<usize>,
+    /// Per layer, `[1, 1, dim]`: multiplies the feed-forward norm's output.
+    ffn_norm_scales: Option<Vec<T>>,
 }
 
 impl<T: Tensor> Decoder<T> {
@@ -83,6 +89,8 @@ impl<T: Tensor> Decoder<T> {
             rope: T::rope_table(l.device, a.max_positions, a.head_dim, a.rope_theta),
             style,
             device: l.device.clone(),
+            window: None,
+            ffn_norm_scales: None,
         })
     }
 
@@ -102,6 +110,37 @@ impl<T: Tensor> Decoder<T> {
         } else {
             (q, k)
         }
+    }
+
+    /// The same decoder attending to the last `window` positions only, itself included.
+    pub fn with_window(self, window: Option<usize>) -> Self {
+        assert_ne!(window, Some(0), "a window holds at least the query itself");
+        Decoder { window, ..self }
+    }
+
+    /// The same decoder with each layer's feed-forward norm output multiplied by
+    /// `scales[layer]` (`[1, 1, dim]`).
+    pub fn with_ffn_norm_scales(self, scales: Vec<T>) -> Self {
+        assert_eq!(scales.len(), self.layers.len(), "one scale per layer");
+        Decoder {
+            ffn_norm_scales: Some(scales),
+            ..self
+        }
+    }
+
+    pub fn n_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Layer `i`'s feed-forward block on `h`, added to it.
+    fn feed_forward(&self, i: usize, h: &T) -> T {
+        let layer = &self.layers[i];
+        let normed = layer.ffn_norm.forward(h);
+        let normed = match &self.ffn_norm_scales {
+            Some(scales) => normed.mul(&scales[i]),
+            None => normed,
+        };
+        h.add(&layer.feed_forward.forward(&normed))
     }
 
     /// A pool of `slots` sequences of up to `positions` positions each, for these layers.
@@ -153,10 +192,11 @@ impl<T: Tensor> Decoder<T> {
 
     /// One new token per row.
     fn step(&self, x: &T, pool: &mut KvPool<T>, slots: &[&mut KvSlot]) -> T {
-        let rows = PoolRows::new(
+        let rows = PoolRows::windowed(
             &self.device,
             slots.iter().map(|s| s.index).collect(),
             slots.iter().map(|s| s.len).collect(),
+            self.window,
         );
         let mut h = x.clone();
         for (i, layer) in self.layers.iter().enumerate() {
@@ -168,8 +208,7 @@ impl<T: Tensor> Decoder<T> {
             pool.keys[i].write_rows(&rows, &k);
             pool.values[i].write_rows(&rows, &a.split_heads(&v, a.n_kv_heads));
             let out = T::pool_attention(&q, &pool.keys[i], &pool.values[i], &rows, a.scale());
-            h = h.add(&a.merge_heads(&out));
-            h = h.add(&layer.feed_forward.forward(&layer.ffn_norm.forward(&h)));
+            h = self.feed_forward(i, &h.add(&a.merge_heads(&out)));
         }
         self.norm.forward(&h)
     }
@@ -177,9 +216,10 @@ impl<T: Tensor> Decoder<T> {
     /// A prompt, or its next chunk, for one sequence.
     fn prefill(&self, x: &T, pool: &mut KvPool<T>, slot: &KvSlot) -> T {
         let (start, len) = (slot.len, x.shape()[1]);
-        // After the first chunk, an offset causal mask: the same in every layer. A prompt
-        // from 0 is plainly causal.
-        let mask = (start > 0).then(|| self.chunk_mask(start, len, x.dtype()));
+        // After the first chunk, or where the window cuts into the chunk, a mask (the same in
+        // every layer). A prompt from 0 within the window is plainly causal.
+        let windowed = self.window.is_some_and(|w| start + len > w);
+        let mask = (start > 0 || windowed).then(|| self.chunk_mask(start, len, x.dtype()));
         let mut h = x.clone();
         for (i, layer) in self.layers.iter().enumerate() {
             let a = &layer.attention;
@@ -193,20 +233,20 @@ impl<T: Tensor> Decoder<T> {
             let seen = |p: &T| p.narrow(0, slot.index, 1).narrow(2, 0, start + len);
             let (keys, values) = (seen(&pool.keys[i]), seen(&pool.values[i]));
             let out = T::attention(&q, &keys, &values, mask.as_ref(), mask.is_none(), a.scale());
-            h = h.add(&a.merge_heads(&out));
-            h = h.add(&layer.feed_forward.forward(&layer.ffn_norm.forward(&h)));
+            h = self.feed_forward(i, &h.add(&a.merge_heads(&out)));
         }
         self.norm.forward(&h)
     }
 
     /// `[1, 1, len, start + len]`: 0 where query `i` (at position `start + i`) may see the key,
-    /// -inf after it.
+    /// -inf after it and before its window.
     fn chunk_mask(&self, start: usize, len: usize, dtype: DType) -> T {
         let keys = start + len;
+        let window = self.window.unwrap_or(usize::MAX);
         let mask: Vec<f32> = (0..len)
             .flat_map(|i| {
                 (0..keys).map(move |j| {
-                    if j <= start + i {
+                    if j <= start + i && start + i - j < window {
                         0.0
                     } else {
                         f32::NEG_INFINITY
@@ -519,11 +559,81 @@ mod tests {
         };
         let (keys, values) = (random(&[4, 2, 12, 8]), random(&[4, 2, 12, 8]));
         let q = random(&[3, 4, 1, 8]);
-        let rows = PoolRows::new(&dev, vec![2, 0, 3], vec![5, 11, 0]);
-        let masked = masked_pool_attention(&q, &keys, &values, &rows, 0.3);
-        let by_row = TchTensor::pool_attention(&q, &keys, &values, &rows, 0.3);
-        assert_eq!(masked.shape(), vec![3, 4, 1, 8]);
-        close(&masked, &by_row);
+        for window in [None, Some(4)] {
+            let rows = PoolRows::windowed(&dev, vec![2, 0, 3], vec![5, 11, 0], window);
+            let masked = masked_pool_attention(&q, &keys, &values, &rows, 0.3);
+            let by_row = TchTensor::pool_attention(&q, &keys, &values, &rows, 0.3);
+            assert_eq!(masked.shape(), vec![3, 4, 1, 8]);
+            close(&masked, &by_row);
+        }
+    }
+
+    /// With a sliding window, token-by-token steps (windowed pool rows) give what one
+    /// prefill gives (a windowed mask), and a chunked prefill too; the window does cut:
+    /// without it the late positions differ.
+    #[test]
+    fn a_sliding_window_steps_as_it_prefills() {
+        let _guard = tch::no_grad_guard();
+        let dir = tempfile::tempdir().unwrap();
+        let ckpt = checkpoint(dir.path(), "");
+        let l = Loader::<TchTensor>::new(&ckpt, &tch::Device::Cpu, DType::F32);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let values: Vec<f32> = (0..12 * DIMS.dim)
+            .map(|_| rng.random::<f32>() - 0.5)
+            .collect();
+        let x = TchTensor::from_f32(&tch::Device::Cpu, &values, &[1, 12, DIMS.dim], DType::F32);
+        let windowed = Decoder::load(&l, "", &DIMS).unwrap().with_window(Some(5));
+        let run = |d: &Decoder<TchTensor>, chunks: &[usize]| {
+            let mut pool = d.new_pool(DType::F32, 1, 16);
+            let mut slot = pool.acquire().unwrap();
+            let mut start = 0;
+            let parts: Vec<TchTensor> = chunks
+                .iter()
+                .map(|&len| {
+                    start += len;
+                    d.forward(&x.narrow(1, start - len, len), &mut pool, &mut [&mut slot])
+                })
+                .collect();
+            TchTensor::cat(&parts.iter().collect::<Vec<_>>(), 1)
+        };
+        let whole = run(&windowed, &[12]);
+        close(&run(&windowed, &[1; 12]), &whole);
+        close(&run(&windowed, &[3, 1, 6, 1, 1]), &whole);
+        let unwindowed = run(&Decoder::load(&l, "", &DIMS).unwrap(), &[12]);
+        // Positions 0..5 see the same keys either way; later ones do not.
+        close(&whole.narrow(1, 0, 5), &unwindowed.narrow(1, 0, 5));
+        let late = |t: &TchTensor| t.narrow(1, 5, 7).to_vec_f32();
+        let moved = late(&whole)
+            .iter()
+            .zip(late(&unwindowed))
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        assert!(moved > 1e-3, "the window changed nothing ({moved})");
+    }
+
+    /// The feed-forward norm's scales multiply its output: scales of one change no bit, a
+    /// scale of two on one layer changes the output.
+    #[test]
+    fn ffn_norm_scales_multiply_the_norm_output() {
+        let _guard = tch::no_grad_guard();
+        let dir = tempfile::tempdir().unwrap();
+        let ckpt = checkpoint(dir.path(), "");
+        let l = Loader::<TchTensor>::new(&ckpt, &tch::Device::Cpu, DType::F32);
+        let dev = tch::Device::Cpu;
+        let ones = TchTensor::from_f32(&dev, &[1.0; DIMS.dim], &[1, 1, DIMS.dim], DType::F32);
+        let x = TchTensor::from_f32(&dev, &[0.25; 3 * DIMS.dim], &[1, 3, DIMS.dim], DType::F32);
+        let run = |scales: Option<Vec<TchTensor>>| {
+            let mut d = Decoder::load(&l, "", &DIMS).unwrap();
+            if let Some(scales) = scales {
+                d = d.with_ffn_norm_scales(scales);
+            }
+            let mut pool = d.new_pool(DType::F32, 1, 4);
+            let mut slot = pool.acquire().unwrap();
+            d.forward(&x, &mut pool, &mut [&mut slot]).to_vec_f32()
+        };
+        let plain = run(None);
+        assert_eq!(run(Some(vec![ones.clone(), ones.clone()])), plain);
+        assert_ne!(run(Some(vec![ones.clone(), ones.scale(2.0)])), plain);
     }
 
     /// Rotations and pool writes of a step's rows, each at its own slot and position, equal

@@ -594,6 +594,11 @@ mod tests {
     }
 
     #[test]
+    fn windowed_pool_attention_sees_only_its_window() {
+        super::super::conformance::windowed_pool_attention_sees_only_its_window::<MlxTensor>(&DEV);
+    }
+
+    #[test]
     fn gelu_is_the_exact_erf_form() {
         super::super::conformance::gelu_is_the_exact_erf_form::<MlxTensor>(&DEV);
     }

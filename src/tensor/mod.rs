@@ -197,7 +197,7 @@ pub trait Tensor: Clone + Sized {
     }
     /// Attention of one new token per row, `q` `[rows, hq, 1, d]`, over the keys and values
     /// of its slot in the pools `keys`/`values` `[slots, hkv, positions, d]`: row `r` sees
-    /// positions `0..=rows.positions[r]`. One call per layer for the whole batch; this default
+    /// positions `rows.first[r]..=rows.positions[r]`. One call per layer for the whole batch; this default
     /// runs `attention` row by row.
     fn pool_attention(
         q: &Self,
@@ -221,30 +221,56 @@ pub trait Tensor: Clone + Sized {
 }
 
 /// The rows of one decode step over a slot KV pool: row `r` is the next token of the sequence
-/// in slot `slots[r]`, at position `positions[r]`. Built once per step; the same indices as
-/// i64 tensors on the model's device let an accelerator gather and scatter every layer's rows
-/// without host work.
+/// in slot `slots[r]`, at position `positions[r]`, attending to positions
+/// `first[r]..=positions[r]` of its slot (from 0, or a sliding window's start). Built once per
+/// step; the same indices as i64 tensors on the model's device let an accelerator gather and
+/// scatter every layer's rows without host work.
 pub struct PoolRows<T> {
     pub slots: Vec<usize>,
     pub positions: Vec<usize>,
+    pub first: Vec<usize>,
     /// `slots`, `[rows]` i64 on the device.
     pub slot_ids: T,
     /// `positions`, `[rows]` i64 on the device.
     pub position_ids: T,
+    /// `first`, `[rows]` i64 on the device, where a window makes it other than 0.
+    pub first_ids: Option<T>,
 }
 
 impl<T: Tensor> PoolRows<T> {
+    /// Rows that see every earlier position of their slot.
     pub fn new(device: &T::Device, slots: Vec<usize>, positions: Vec<usize>) -> Self {
+        Self::windowed(device, slots, positions, None)
+    }
+
+    /// Rows that see the last `window` positions of their slot, themselves included (all of
+    /// them when `None`).
+    pub fn windowed(
+        device: &T::Device,
+        slots: Vec<usize>,
+        positions: Vec<usize>,
+        window: Option<usize>,
+    ) -> Self {
         assert_eq!(slots.len(), positions.len(), "one position per slot");
+        assert_ne!(window, Some(0), "a window holds at least the row itself");
         let ids = |v: &[usize]| {
             let v: Vec<i64> = v.iter().map(|&i| i as i64).collect();
             T::from_i64(device, &v, &[v.len()])
         };
+        let first: Vec<usize> = match window {
+            Some(w) => positions
+                .iter()
+                .map(|&p| (p + 1).saturating_sub(w))
+                .collect(),
+            None => vec![0; positions.len()],
+        };
         PoolRows {
             slot_ids: ids(&slots),
             position_ids: ids(&positions),
+            first_ids: window.map(|_| ids(&first)),
             slots,
             positions,
+            first,
         }
     }
 
@@ -268,9 +294,10 @@ pub fn pool_attention_by_row<T: Tensor>(
 ) -> T {
     let parts: Vec<T> = (0..rows.len())
         .map(|r| {
-            let (slot, len) = (rows.slots[r], rows.positions[r] + 1);
-            let keys = keys.narrow(0, slot, 1).narrow(2, 0, len);
-            let values = values.narrow(0, slot, 1).narrow(2, 0, len);
+            let (slot, first) = (rows.slots[r], rows.first[r]);
+            let len = rows.positions[r] + 1 - first;
+            let keys = keys.narrow(0, slot, 1).narrow(2, first, len);
+            let values = values.narrow(0, slot, 1).narrow(2, first, len);
             T::attention(&q.narrow(0, r, 1), &keys, &values, None, false, scale)
         })
         .collect();
@@ -280,7 +307,7 @@ pub fn pool_attention_by_row<T: Tensor>(
 /// Backend-independent checks, run by each backend's tests on its own device.
 #[cfg(test)]
 pub(crate) mod conformance {
-    use super::{ConvKind, DType, Tensor};
+    use super::{ConvKind, DType, PoolRows, Tensor};
 
     /// PyTorch `Conv1d` (no padding) of NLC `x` `[1, len, cin]` with a PyTorch weight
     /// `[cout, cin, k]`, as NLC `[1, out_len, cout]` values.
@@ -410,5 +437,62 @@ pub(crate) mod conformance {
                 "gelu({x}) = {g}, want {want}"
             );
         }
+    }
+
+    /// Pool attention of rows with a sliding window sees only the row's last `window`
+    /// positions of its own slot (GQA: query head `h` reads KV head `h / 2`), against softmax
+    /// attention written out on the host.
+    pub fn windowed_pool_attention_sees_only_its_window<T: Tensor>(device: &T::Device) {
+        let (slots, hkv, hq, positions, d) = (2, 2, 4, 10, 4);
+        let value = |i: usize, salt: usize| ((i * 37 + salt * 11) % 23) as f32 / 23.0 - 0.5;
+        let pool = |salt| -> Vec<f32> {
+            (0..slots * hkv * positions * d)
+                .map(|i| value(i, salt))
+                .collect()
+        };
+        let (k, v) = (pool(1), pool(2));
+        let shape = [slots, hkv, positions, d];
+        let keys = T::from_f32(device, &k, &shape, DType::F32);
+        let values = T::from_f32(device, &v, &shape, DType::F32);
+        let (row_slots, row_positions, window, scale) = (vec![1, 0], vec![7, 2], 3, 0.5);
+        let q: Vec<f32> = (0..2 * hq * d).map(|i| value(i, 3)).collect();
+        let qt = T::from_f32(device, &q, &[2, hq, 1, d], DType::F32);
+        let rows = PoolRows::windowed(
+            device,
+            row_slots.clone(),
+            row_positions.clone(),
+            Some(window),
+        );
+        assert_eq!(rows.first, [5, 0]);
+        let got = T::pool_attention(&qt, &keys, &values, &rows, scale).to_vec_f32();
+        let at = |pool: &[f32], slot: usize, head: usize, pos: usize| {
+            let start = ((slot * hkv + head) * positions + pos) * d;
+            pool[start..start + d].to_vec()
+        };
+        let mut want = Vec::new();
+        for (r, (&slot, &pos)) in row_slots.iter().zip(&row_positions).enumerate() {
+            for h in 0..hq {
+                let query = &q[(r * hq + h) * d..(r * hq + h + 1) * d];
+                let seen: Vec<usize> = ((pos + 1).saturating_sub(window)..=pos).collect();
+                let scores: Vec<f32> = seen
+                    .iter()
+                    .map(|&j| {
+                        let key = at(&k, slot, h / 2, j);
+                        query.iter().zip(&key).map(|(a, b)| a * b).sum::<f32>() * scale as f32
+                    })
+                    .collect();
+                let top = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let weights: Vec<f32> = scores.iter().map(|s| (s - top).exp()).collect();
+                let total: f32 = weights.iter().sum();
+                let mut out = vec![0.0; d];
+                for (&j, w) in seen.iter().zip(&weights) {
+                    for (o, x) in out.iter_mut().zip(at(&v, slot, h / 2, j)) {
+                        *o += w / total * x;
+                    }
+                }
+                want.extend(out);
+            }
+        }
+        assert_close(&got, &want, "windowed pool attention");
     }
 }

@@ -154,7 +154,7 @@ fn rotate_pairs(x: &tch::Tensor, cos: &tch::Tensor, sin: &tch::Tensor) -> tch::T
 }
 
 /// [`Tensor::pool_attention`] as one call: the rows' slots gathered up to the longest row
-/// and masked past each row's own length. What accelerators run; tested on the CPU against
+/// and masked outside each row's own positions (past it, and before its window). What accelerators run; tested on the CPU against
 /// the row-by-row path.
 pub fn masked_pool_attention(
     q: &TchTensor,
@@ -170,12 +170,13 @@ pub fn masked_pool_attention(
             .index_select(0, &rows.slot_ids.0)
     };
     let (k, v) = (gather(keys), gather(values));
-    // True where a row may attend: positions up to its own.
-    let positions = tch::Tensor::arange(longest, (Kind::Int64, q.0.device()));
-    let mask = positions
-        .unsqueeze(0)
-        .le_tensor(&rows.position_ids.0.unsqueeze(1))
-        .reshape([rows.len() as i64, 1, 1, longest]);
+    // True where a row may attend: positions up to its own, from its window's first.
+    let positions = tch::Tensor::arange(longest, (Kind::Int64, q.0.device())).unsqueeze(0);
+    let mut mask = positions.le_tensor(&rows.position_ids.0.unsqueeze(1));
+    if let Some(first) = &rows.first_ids {
+        mask = mask.logical_and(&positions.ge_tensor(&first.0.unsqueeze(1)));
+    }
+    let mask = mask.reshape([rows.len() as i64, 1, 1, longest]);
     let gqa = q.0.size()[1] != k.size()[1];
     TchTensor::wrap(tch::Tensor::scaled_dot_product_attention(
         &q.0,
@@ -623,6 +624,13 @@ mod tests {
     #[test]
     fn conv_layouts_and_idempotent_weight_conversion() {
         super::super::conformance::conv_layouts_and_idempotent_weight_conversion::<TchTensor>(
+            &Device::Cpu,
+        );
+    }
+
+    #[test]
+    fn windowed_pool_attention_sees_only_its_window() {
+        super::super::conformance::windowed_pool_attention_sees_only_its_window::<TchTensor>(
             &Device::Cpu,
         );
     }

@@ -1,4 +1,9 @@
-//! Tekken tokenizer (`tekken.json`), as used by Voxtral-4B-TTS.
+//! Tekken tokenizer (`tekken.json`), as used by Voxtral-4B-TTS and Voxtral Realtime.
+//!
+//! [`Tekken::decode`] turns ids back into text as `Tekkenizer.decode` does with its default
+//! policy (`SpecialTokenPolicy.IGNORE`): special ids are dropped, and each run of regular ids
+//! between them is decoded from its bytes as UTF-8, an invalid sequence becoming U+FFFD
+//! (tiktoken's `errors="replace"`).
 //!
 //! Reproduces `mistral_common`'s `Tekkenizer.encode(text, bos=False, eos=False)`
 //! (which is `tiktoken.Encoding.encode` plus an id offset):
@@ -110,12 +115,14 @@ pub enum TokenizerError {
     },
 }
 
-/// A loaded Tekken tokenizer (encode only).
+/// A loaded Tekken tokenizer.
 #[derive(Clone)]
 pub struct Tekken {
     pattern: fancy_regex::Regex,
     /// Token bytes -> rank, for the first `vocab_size - num_special_tokens` ranks.
     ranks: HashMap<Vec<u8>, u32>,
+    /// Rank -> token bytes (the inverse of `ranks`).
+    bytes: Vec<Vec<u8>>,
     num_special_tokens: usize,
     vocab_size: usize,
     /// `token_str` -> id of every special token (including `<SPECIAL_N>` fillers).
@@ -159,6 +166,25 @@ impl Tekken {
         let offset = self.num_special_tokens as u32;
         self.for_each_piece(text, |piece| self.encode_piece(piece, offset, &mut out));
         out
+    }
+
+    /// The text of `ids`, special ids dropped (see the module docs). An id past the
+    /// vocabulary, which mistral-common refuses, is dropped too. Never panics.
+    pub fn decode(&self, ids: &[u32]) -> String {
+        let mut text = String::new();
+        let mut run: Vec<u8> = Vec::new();
+        for &id in ids {
+            match (id as usize).checked_sub(self.num_special_tokens) {
+                Some(rank) if rank < self.bytes.len() => run.extend_from_slice(&self.bytes[rank]),
+                // A special id ends the run: the bytes on either side decode apart.
+                _ => {
+                    text.push_str(&String::from_utf8_lossy(&run));
+                    run.clear();
+                }
+            }
+        }
+        text.push_str(&String::from_utf8_lossy(&run));
+        text
     }
 
     /// Id of the special token named `token_str` (e.g. `"<s>"`, `"[AUDIO]"`), if any.
@@ -538,9 +564,14 @@ impl Loader<'_> {
                 source: Box::new(e),
             })?;
 
+        let mut bytes = vec![Vec::new(); ranks.len()];
+        for (token, &rank) in &ranks {
+            bytes[rank as usize] = token.clone();
+        }
         Ok(Tekken {
             pattern,
             ranks,
+            bytes,
             num_special_tokens: num_special,
             vocab_size,
             specials,
@@ -700,30 +731,6 @@ mod tests {
         })
     }
 
-    #[cfg(feature = "testmodel")]
-    /// id -> bytes table for checking that encodings round-trip.
-    fn id_bytes(tok: &Tekken) -> Vec<Vec<u8>> {
-        let mut table = vec![Vec::new(); tok.ranks.len()];
-        for (bytes, &rank) in &tok.ranks {
-            table[rank as usize] = bytes.clone();
-        }
-        table
-    }
-
-    #[cfg(feature = "testmodel")]
-    fn decode(tok: &Tekken, table: &[Vec<u8>], ids: &[u32]) -> Vec<u8> {
-        let mut out = Vec::new();
-        for &id in ids {
-            let id = id as usize;
-            assert!(
-                id >= tok.num_special_tokens() && id < tok.vocab_size(),
-                "id {id} out of range"
-            );
-            out.extend_from_slice(&table[id - tok.num_special_tokens()]);
-        }
-        out
-    }
-
     #[derive(serde::Deserialize)]
     struct Golden {
         cases: Vec<GoldenCase>,
@@ -783,6 +790,34 @@ mod tests {
         assert_eq!(tok.special_id("<SPECIAL_24>"), Some(24));
         assert_eq!(tok.special_id("[AUDIO]"), None);
         assert!(tok.voice_num_audio_tokens().is_empty());
+    }
+
+    /// Specials are dropped, and the regular ids between two of them decode on their own:
+    /// a character whose bytes a special splits is two replacement characters, as in
+    /// mistral-common (`Tekkenizer.decode`, `SpecialTokenPolicy.IGNORE`).
+    #[test]
+    fn decode_drops_specials_and_replaces_broken_utf8() {
+        let tok = reference();
+        let (bos, eos) = (1, 2);
+        let hello = tok.encode("Hello.");
+        let ids: Vec<u32> = [
+            &[bos][..],
+            &hello,
+            &[32, 33, 999],
+            &tok.encode(" Paris"),
+            &[eos],
+        ]
+        .concat();
+        assert_eq!(tok.decode(&ids), "Hello. Paris");
+        assert_eq!(tok.decode(&[]), "");
+        assert_eq!(tok.decode(&[bos, eos]), "");
+        // "é" is 0xC3 0xA9; byte b has rank b, id b + 1000.
+        let (c3, a9) = (1000 + 0xC3, 1000 + 0xA9);
+        assert_eq!(tok.decode(&[c3, a9]), "é");
+        assert_eq!(tok.decode(&[c3, 32, a9]), "\u{FFFD}\u{FFFD}");
+        assert_eq!(tok.decode(&[c3]), "\u{FFFD}");
+        // Past the vocabulary: dropped, never a panic.
+        assert_eq!(tok.decode(&[u32::MAX, 131_072]), "");
     }
 
     #[test]
@@ -855,10 +890,12 @@ mod tests {
     fn never_panics_and_round_trips() {
         let (_dir, _path, small) = generated(1000);
         for tok in [reference(), &small] {
-            let table = id_bytes(tok);
             for text in hostile_inputs() {
                 let ids = tok.encode(&text);
-                assert_eq!(decode(tok, &table, &ids), text.as_bytes());
+                assert!(ids
+                    .iter()
+                    .all(|&id| (id as usize) >= tok.num_special_tokens()));
+                assert_eq!(tok.decode(&ids), text);
             }
         }
     }
@@ -867,7 +904,6 @@ mod tests {
     #[test]
     fn regex_error_falls_back_without_panicking() {
         let (_dir, _path, tok) = generated(300);
-        let table = id_bytes(&tok);
         let n = 1_100_000;
         for text in [
             " ".repeat(n),
@@ -877,8 +913,7 @@ mod tests {
         ] {
             // The plain search does fail on these inputs, so the fallback is exercised.
             assert!(tok.pattern.find_from_pos(&text, 0).is_err() || text.starts_with("Hello"));
-            let ids = tok.encode(&text);
-            assert_eq!(decode(&tok, &table, &ids), text.as_bytes());
+            assert_eq!(tok.decode(&tok.encode(&text)), text);
         }
         // Pieces before and after an over-long run are split normally; the run itself is
         // cut into pieces of at most FALLBACK_WINDOW_BYTES.

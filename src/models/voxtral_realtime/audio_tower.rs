@@ -29,7 +29,7 @@ pub struct AudioEmbeddings<T> {
 pub struct AudioTower<T: Tensor> {
     pub encoder: Encoder<T>,
     pub adapter: Adapter<T>,
-    device: T::Device,
+    pub(super) device: T::Device,
     dtype: DType,
     /// The memory maps the weights may point into.
     _weights: Vec<Arc<Mmap>>,
@@ -49,7 +49,18 @@ impl<T: Tensor> AudioTower<T> {
         max_frames: usize,
     ) -> Result<Self, LoadError> {
         let ckpt = Checkpoint::open(&dir.join("consolidated.safetensors"))?;
-        let l = Loader::<T>::new(&ckpt, device, dtype).scoped(EMBEDDING_MODULE);
+        Self::from_checkpoint(&ckpt, config, device, dtype, max_frames)
+    }
+
+    /// The encoder and adapter from an open checkpoint.
+    pub fn from_checkpoint(
+        ckpt: &Checkpoint,
+        config: &Config,
+        device: &T::Device,
+        dtype: DType,
+        max_frames: usize,
+    ) -> Result<Self, LoadError> {
+        let l = Loader::<T>::new(ckpt, device, dtype).scoped(EMBEDDING_MODULE);
         Ok(AudioTower {
             encoder: Encoder::load(&l.scoped("whisper_encoder."), config, max_frames)?,
             adapter: Adapter::load(&l, config)?,

@@ -50,23 +50,68 @@ impl<T: Tensor> EncoderLayer<T> {
         })
     }
 
-    /// `x` `[1, frames, dim]` at positions `start..`; `mask` the frames' window bias.
-    fn forward(&self, x: &T, rope: &T::Rope, start: usize, mask: &T) -> T {
+    /// `x` `[1, frames, dim]` at positions `start..`, after the keys and values of `past`
+    /// (the frames just before); `mask` the window bias over both. Returns the output and the
+    /// keys and values of `past` and `x` together.
+    fn forward(
+        &self,
+        x: &T,
+        rope: &T::Rope,
+        start: usize,
+        mask: &T,
+        past: Option<&KeysValues<T>>,
+    ) -> (T, KeysValues<T>) {
         let a = &self.attention;
         let h = self.attention_norm.forward(x);
         let (q, k, v) = a.qkv(&h);
         let q = a
             .split_heads(&q.add(&self.q_bias), a.n_heads)
             .rope_interleaved(rope, start);
-        let k = a.split_heads(&k, a.n_heads).rope_interleaved(rope, start);
-        let v = a.split_heads(&v.add(&self.v_bias), a.n_heads);
+        let mut k = a.split_heads(&k, a.n_heads).rope_interleaved(rope, start);
+        let mut v = a.split_heads(&v.add(&self.v_bias), a.n_heads);
+        if let Some(past) = past {
+            k = T::cat(&[&past.keys, &k], 2);
+            v = T::cat(&[&past.values, &v], 2);
+        }
         let attended = T::attention(&q, &k, &v, Some(mask), false, a.scale());
         let x = x.add(&a.merge_heads(&attended).add(&self.o_bias));
         let h = self
             .feed_forward
             .forward(&self.ffn_norm.forward(&x))
             .add(&self.w2_bias);
-        x.add(&h)
+        (x.add(&h), KeysValues { keys: k, values: v })
+    }
+}
+
+/// One layer's keys and values, `[1, heads, frames, head_dim]`.
+struct KeysValues<T> {
+    keys: T,
+    values: T,
+}
+
+impl<T: Tensor> KeysValues<T> {
+    /// The last `keep` frames (all of them if fewer).
+    fn last(&self, keep: usize) -> Self {
+        let frames = self.keys.shape()[2];
+        let keep = keep.min(frames);
+        KeysValues {
+            keys: self.keys.narrow(2, frames - keep, keep),
+            values: self.values.narrow(2, frames - keep, keep),
+        }
+    }
+}
+
+/// What the encoder carries between the chunks of a stream: each layer's keys and values of
+/// the frames a later frame's window still reaches, and the next frame's position.
+pub struct EncoderCache<T> {
+    layers: Vec<Option<KeysValues<T>>>,
+    position: usize,
+}
+
+impl<T: Tensor> EncoderCache<T> {
+    /// Frames whose keys and values are held.
+    fn held(&self) -> usize {
+        self.layers[0].as_ref().map_or(0, |kv| kv.keys.shape()[2])
     }
 }
 
@@ -102,10 +147,36 @@ impl<T: Tensor> Encoder<T> {
     /// norm.
     pub fn transformer(&self, frames: &T) -> T {
         let len = frames.shape()[1];
-        let mask = sliding_window_bias::<T>(&self.device, len, self.window, frames.dtype());
+        let mask = sliding_window_bias::<T>(&self.device, 0, len, self.window, frames.dtype());
         let x = self.layers.iter().fold(frames.clone(), |x, layer| {
-            layer.forward(&x, &self.rope, 0, &mask)
+            layer.forward(&x, &self.rope, 0, &mask, None).0
         });
+        self.norm.forward(&x)
+    }
+
+    /// An empty cache for a stream that starts at frame 0.
+    pub fn start(&self) -> EncoderCache<T> {
+        EncoderCache {
+            layers: self.layers.iter().map(|_| None).collect(),
+            position: 0,
+        }
+    }
+
+    /// The transformer over the stream's next conv frames `[1, frames, dim]`: the same output
+    /// as [`transformer`](Self::transformer) gives those frames over the whole stream.
+    pub fn step(&self, cache: &mut EncoderCache<T>, frames: &T) -> T {
+        let len = frames.shape()[1];
+        let mask =
+            sliding_window_bias::<T>(&self.device, cache.held(), len, self.window, frames.dtype());
+        // A later frame's window reaches back `window - 1` frames.
+        let keep = self.window.map_or(usize::MAX, |w| w - 1);
+        let mut x = frames.clone();
+        for (layer, held) in self.layers.iter().zip(&mut cache.layers) {
+            let (out, kv) = layer.forward(&x, &self.rope, cache.position, &mask, held.as_ref());
+            *held = Some(kv.last(keep));
+            x = out;
+        }
+        cache.position += len;
         self.norm.forward(&x)
     }
 }

@@ -70,8 +70,40 @@ impl MelFrontEnd {
             });
         }
         let padded = reflect_pad(audio, half);
-        let bins = half + 1;
         let frames = audio.len() / hop;
+        let mut mel = self.log10_frames(&padded, frames);
+        let ceiling = match s.global_log_mel_max {
+            Some(max) => max as f32,
+            None => mel.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+        };
+        normalize(&mut mel, ceiling);
+        Ok(LogMel {
+            frames,
+            num_mel_bins: n_mels,
+            data: mel,
+        })
+    }
+
+    /// The features of `frames` frames of a signal that already carries its edge padding:
+    /// frame `t` reads `padded[t * hop..t * hop + n_fft]`, which must exist. Streaming
+    /// computes a stream's frames from a window of it this way, with the fixed floor of
+    /// [`fixed_ceiling`](Self::fixed_ceiling).
+    pub fn frames_of_padded(&self, padded: &[f32], frames: usize, ceiling: f32) -> Vec<f32> {
+        let mut mel = self.log10_frames(padded, frames);
+        normalize(&mut mel, ceiling);
+        mel
+    }
+
+    /// `global_log_mel_max`: the floor's ceiling when it does not depend on the utterance.
+    pub fn fixed_ceiling(&self) -> Option<f32> {
+        self.settings.global_log_mel_max.map(|max| max as f32)
+    }
+
+    /// `log10(max(mel, 1e-10))` of `frames` frames of `padded`, frame-major.
+    fn log10_frames(&self, padded: &[f32], frames: usize) -> Vec<f32> {
+        let s = &self.settings;
+        let (n_fft, hop, n_mels) = (s.n_fft, s.hop_length, s.num_mel_bins);
+        let bins = n_fft / 2 + 1;
         let mut input = self.fft.make_input_vec();
         let mut spectrum = self.fft.make_output_vec();
         let mut scratch = self.fft.make_scratch_vec();
@@ -98,19 +130,15 @@ impl MelFrontEnd {
             }
             mel.extend(sums.iter().map(|&sum| (sum as f32).max(1e-10).log10()));
         }
-        let ceiling = match s.global_log_mel_max {
-            Some(max) => max as f32,
-            None => mel.iter().copied().fold(f32::NEG_INFINITY, f32::max),
-        };
-        let floor = ceiling - 8.0;
-        for v in mel.iter_mut() {
-            *v = (v.max(floor) + 4.0) / 4.0;
-        }
-        Ok(LogMel {
-            frames,
-            num_mel_bins: n_mels,
-            data: mel,
-        })
+        mel
+    }
+}
+
+/// The floor `max(·, ceiling − 8)`, then `(x + 4) / 4`.
+fn normalize(mel: &mut [f32], ceiling: f32) {
+    let floor = ceiling - 8.0;
+    for v in mel.iter_mut() {
+        *v = (v.max(floor) + 4.0) / 4.0;
     }
 }
 

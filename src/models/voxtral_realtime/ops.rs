@@ -2,21 +2,24 @@
 
 use crate::tensor::Tensor;
 
-/// Additive attention bias `[1, 1, len, len]` for queries and keys at positions
-/// `start..start + len`: 0 where key `j` is visible from query `i` (`0 ≤ i − j < window`,
-/// self included), −∞ elsewhere.
+/// Additive attention bias `[1, 1, len, past + len]` for `len` queries that follow `past`
+/// cached keys, the keys being the cached ones then the queries' own: 0 where key `j` is
+/// visible from query `i` (`0 ≤ (past + i) − j < window`, self included), −∞ elsewhere.
 pub fn sliding_window_bias<T: Tensor>(
     device: &T::Device,
+    past: usize,
     len: usize,
     window: Option<usize>,
     dtype: crate::tensor::DType,
 ) -> T {
     let window = window.unwrap_or(usize::MAX);
-    let mut bias = vec![f32::NEG_INFINITY; len * len];
+    let keys = past + len;
+    let mut bias = vec![f32::NEG_INFINITY; len * keys];
     for i in 0..len {
-        for j in i.saturating_sub(window - 1)..=i {
-            bias[i * len + j] = 0.0;
+        let query = past + i;
+        for j in query.saturating_sub(window - 1)..=query {
+            bias[i * keys + j] = 0.0;
         }
     }
-    T::from_f32(device, &bias, &[1, 1, len, len], dtype)
+    T::from_f32(device, &bias, &[1, 1, len, keys], dtype)
 }

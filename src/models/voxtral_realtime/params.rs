@@ -180,6 +180,12 @@ impl Streaming {
         1 + self.left_pad_tokens + self.delay_tokens
     }
 
+    /// Decoder positions an utterance of `samples` takes once padded offline
+    /// ([`pad_offline`](Self::pad_offline)).
+    pub fn offline_positions(&self, samples: usize) -> usize {
+        self.left_pad_tokens + samples.div_ceil(self.samples_per_token) + self.right_pad_tokens
+    }
+
     /// mistral-common's offline padding (`AudioEncoder.pad` in streaming format): the left-pad
     /// tokens of silence, the audio, silence up to a whole token, then the right-pad tokens.
     pub fn pad_offline(&self, audio: &[f32]) -> Vec<f32> {
@@ -279,12 +285,6 @@ impl Config {
         }
         if !args.causal {
             return Err(bad("causal", "the text decoder must be causal".into()));
-        }
-        if !args.tied_embeddings {
-            return Err(bad(
-                "tied_embeddings",
-                "the output head must be tied to tok_embeddings (there is no output.weight)".into(),
-            ));
         }
         if !args.ada_rms_norm_t_cond {
             return Err(bad(
@@ -756,6 +756,7 @@ mod tests {
         // Offline padding: left pad, the audio, silence to a whole token, then the right pad.
         let padded = c.streaming.pad_offline(&[1.0; 1281]);
         assert_eq!(padded.len(), 4 * 1280 + 2 * 1280 + 23 * 1280);
+        assert_eq!(c.streaming.offline_positions(1281), padded.len() / 1280);
         assert_eq!(padded[4 * 1280..4 * 1280 + 1281], [1.0; 1281]);
         assert!(padded[..4 * 1280]
             .iter()

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Voxtral Realtime goldens: the offline front end and the audio encoder on a random checkpoint.
+"""Voxtral Realtime goldens: the offline front end, the audio encoder and greedy decoding on a
+random checkpoint.
 
 Runs the references (imported from the installed wheels, never copied) on a short synthetic
 signal whose length is not a multiple of the hop, and writes, under --out:
@@ -9,8 +10,17 @@ signal whose length is not a multiple of the hop, and writes, under --out:
   conv_stem.f32    transformers 5.23.0 VoxtralRealtime embedder (causal conv1, GELU, conv2, GELU), [frames/2, enc_dim]
   encoder.f32      its audio tower (layers + final norm), [frames/2, enc_dim]
   adapter.f32      its 4x frame stacking + projector, [frames/8, dim]
-  case.json        sizes, prompt tokens (mistral-common encode_transcription), checkpoint sha256,
-                   and the cross-checks between the references
+  logits.f32       its decoder's logits at every decoded position, greedy, [steps, vocab]
+  case.json        sizes, prompt tokens (mistral-common encode_transcription), the greedy tokens
+                   and their text (mistral-common Tekkenizer.decode), checkpoint sha256, and the
+                   cross-checks between the references
+
+Greedy decoding (spec section 6): the prompt prefills positions 0..len(prompt)-1; the output at
+position p is argmax(logits[p]) and is fed at p + 1 with that position's audio embedding; it
+stops after EOS or after the output of the last audio position (n_audio - len(prompt) + 1
+outputs, as mlx-audio and the spec's oracle do). Each step is one full forward of transformers'
+model, no cache. transformers' own `generate` (its caches) stops one token earlier, at
+max_length = n_audio; its tokens are recorded as a cross-check.
 
 All raw files are little-endian float32, row-major. The spec (docs/voxtral-realtime-spec.md
 section 2) names vLLM's function as the mel reference; transformers' feature extractor is run
@@ -173,6 +183,31 @@ def float64_mel(padded, filters, n_fft, hop, log_mel_max):
     return (np.maximum(log_mel, log_mel_max - 8.0) + 4.0) / 4.0
 
 
+def greedy(hf, features, prompt, audio_config, tokenizer):
+    """Greedy decoding over the whole utterance (see the module docstring): the tokens and the
+    logits `[steps, vocab]` that chose them."""
+    n_audio = features.shape[-1] // audio_config.audio_length_per_tok
+    eos = tokenizer.instruct_tokenizer.tokenizer.eos_id
+    frames_per_token = hf.config.downsample_factor
+    with torch.no_grad():
+        # The conv stem once; each step's forward runs the causal encoder on the frames of the
+        # positions it feeds (the same frames as the whole utterance's, the encoder being causal).
+        stem = hf.model.audio_tower.embedder(features)
+        tokens, rows = list(prompt), []
+        while len(tokens) <= n_audio:
+            out = hf(
+                input_ids=torch.tensor([tokens]),
+                encoder_inputs_embeds=stem[:, : len(tokens) * frames_per_token],
+                num_delay_tokens=audio_config.get_num_delay_tokens(),
+                use_cache=False,
+            )
+            rows.append(out.logits[0, -1])
+            tokens.append(int(rows[-1].argmax()))
+            if tokens[-1] == eos:
+                break
+    return tokens[len(prompt) :], torch.stack(rows)
+
+
 def write_f32(path, array):
     np.ascontiguousarray(array, dtype="<f4").tofile(path)
 
@@ -280,11 +315,24 @@ def main():
         encoder_out = outputs.last_hidden_state[0]
         adapter = outputs.pooler_output[0]
 
+    greedy_tokens, logits = greedy(hf, features, tokenized.tokens, audio_config, tokenizer)
+    with torch.no_grad():
+        generated = hf.generate(
+            input_ids=torch.tensor([tokenized.tokens]),
+            input_features=features,
+            num_delay_tokens=audio_config.get_num_delay_tokens(),
+            do_sample=False,
+        )[0, len(tokenized.tokens) :].tolist()
+    hf_generate_agrees = generated == greedy_tokens[: len(generated)]
+    assert hf_generate_agrees, f"generate {generated} vs greedy {greedy_tokens}"
+    text = tokenizer.instruct_tokenizer.tokenizer.decode(greedy_tokens)
+
     write_f32(out / "padded.f32", padded)
     write_f32(out / "mel.f32", mel.numpy())
     write_f32(out / "conv_stem.f32", conv_stem.numpy())
     write_f32(out / "encoder.f32", encoder_out.numpy())
     write_f32(out / "adapter.f32", adapter.numpy())
+    write_f32(out / "logits.f32", logits.numpy())
 
     import mistral_common
     import transformers
@@ -310,7 +358,12 @@ def main():
         "audio_tokens": len(padded) // audio_config.raw_audio_length_per_tok,
         "delay_tokens": audio_config.get_num_delay_tokens(),
         "right_pad_tokens": audio_config.n_right_pad_tokens(),
+        "logits_shape": list(logits.shape),
+        "greedy_tokens": greedy_tokens,
+        "text": text,
+        "hf_generate_tokens": generated,
         "crosschecks": {
+            "hf_generate_equals_greedy_prefix": hf_generate_agrees,
             "mel_transformers_vs_vllm_max_abs": mel_hf_vs_vllm,
             "mel_vllm_vs_float64_max_abs": mel_vllm_vs_float64,
         },
@@ -320,11 +373,13 @@ def main():
             "mel_filters as its __init__ builds them",
             "conv_stem_encoder_adapter": f"transformers {transformers.__version__} VoxtralRealtimeForConditionalGeneration, "
             "f32, eager attention",
+            "logits_and_tokens": f"transformers {transformers.__version__} VoxtralRealtimeForConditionalGeneration.forward, "
+            "one full forward per step, greedy; text by mistral-common Tekkenizer.decode",
             "torch": torch.__version__,
         },
     }
     (out / "case.json").write_text(json.dumps(case, indent=1) + "\n")
-    print(json.dumps({k: case[k] for k in ["mel_frames", "conv_stem_shape", "adapter_shape", "crosschecks"]}))
+    print(json.dumps({k: case[k] for k in ["mel_frames", "adapter_shape", "greedy_tokens", "text", "crosschecks"]}))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,100 @@
+//! The text decoder (spec §4): the Mistral decoder of `crate::nn::decoder` within its
+//! sliding window, each layer's feed-forward norm scaled by `1 + W₂·gelu(W₁·t_cond)` where
+//! `t_cond` embeds the transcription delay (in tokens); its input at each position is that
+//! position's audio embedding plus the embedding of its token, and its head is
+//! `tok_embeddings` (tied) or `output.weight`.
+
+use super::params::Config;
+use crate::nn::decoder::Decoder;
+use crate::nn::kv_pool::{KvPool, KvSlot};
+use crate::nn::layers::Loader;
+use crate::nn::LoadError;
+use crate::tensor::{DType, Tensor};
+
+/// `TimeEmbedding`'s frequency base (vLLM `voxtral_realtime.py`, transformers' `time_embedding`).
+const TIME_EMBEDDING_THETA: f64 = 10_000.0;
+
+/// `[cos(t·f₀), …, cos(t·f_{d/2−1}), sin(t·f₀), …]` with `f_i = θ^(−i / (d/2))`: the delay `t`
+/// (in tokens) as a `dim`-wide vector, computed in f32 as the references do.
+pub fn time_embedding(t: f32, dim: usize) -> Vec<f32> {
+    let half = dim / 2;
+    let log_theta = TIME_EMBEDDING_THETA.ln() as f32;
+    let angles: Vec<f32> = (0..half)
+        .map(|i| t * (-log_theta * i as f32 / half as f32).exp())
+        .collect();
+    angles
+        .iter()
+        .map(|a| a.cos())
+        .chain(angles.iter().map(|a| a.sin()))
+        .collect()
+}
+
+pub struct TextDecoder<T: Tensor> {
+    decoder: Decoder<T>,
+    /// `[vocab, dim]`: the input embedding, and the head when tied.
+    tok_embeddings: T,
+    /// `[vocab, dim]` when the head is not tied.
+    output: Option<T>,
+    dim: usize,
+    device: T::Device,
+}
+
+impl<T: Tensor> TextDecoder<T> {
+    /// Loads from the checkpoint's root (`layers.*`, `norm.weight`, `mm_streams_embeddings.
+    /// embedding_module.tok_embeddings.weight`, `output.weight` if untied), conditioned on
+    /// the delay of `config` (tekken.json's); RoPE covers `max_positions`.
+    pub fn load(l: &Loader<T>, config: &Config, max_positions: usize) -> Result<Self, LoadError> {
+        let a = &config.args;
+        let dims = config.decoder_dims(max_positions);
+        let decoder = Decoder::load(l, "", &dims)?.with_window(a.sliding_window);
+        let t_cond = l.from_f32(
+            &time_embedding(config.streaming.delay_tokens as f32, a.dim),
+            &[1, 1, a.dim],
+        );
+        let scales = (0..a.n_layers)
+            .map(|i| {
+                let p = format!("layers.{i}.ada_rms_norm_t_cond");
+                let down = l.tensor(&format!("{p}.0.weight"), &[config.t_cond_dim, a.dim])?;
+                let up = l.tensor(&format!("{p}.2.weight"), &[a.dim, config.t_cond_dim])?;
+                Ok(t_cond.linear(&down).gelu().linear(&up).add_scalar(1.0))
+            })
+            .collect::<Result<Vec<T>, LoadError>>()?;
+        let tok_embeddings = l.tensor(
+            "mm_streams_embeddings.embedding_module.tok_embeddings.weight",
+            &[a.vocab_size, a.dim],
+        )?;
+        let output = match a.tied_embeddings {
+            true => None,
+            false => Some(l.tensor("output.weight", &[a.vocab_size, a.dim])?),
+        };
+        Ok(TextDecoder {
+            decoder: decoder.with_ffn_norm_scales(scales),
+            tok_embeddings,
+            output,
+            dim: a.dim,
+            device: l.device.clone(),
+        })
+    }
+
+    /// A pool of `slots` sequences of up to `positions` positions each.
+    pub fn new_pool(&self, dtype: DType, slots: usize, positions: usize) -> KvPool<T> {
+        self.decoder.new_pool(dtype, slots, positions)
+    }
+
+    /// The decoder's input for `tokens` at the positions of `audio` `[1, len, dim]`: the sum
+    /// of the two embeddings.
+    pub fn embed(&self, tokens: &[u32], audio: &T) -> T {
+        let ids: Vec<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
+        let ids = T::from_i64(&self.device, &ids, &[1, ids.len()]);
+        self.tok_embeddings.embedding(&ids).add(audio)
+    }
+
+    /// Runs `input` `[1, len, dim]` (from [`embed`](Self::embed)) after what `slot` holds and
+    /// returns the logits of its last position, `[1, vocab]`.
+    pub fn last_logits(&self, input: &T, pool: &mut KvPool<T>, slot: &mut KvSlot) -> T {
+        let hidden = self.decoder.forward(input, pool, &mut [slot]);
+        let len = hidden.shape()[1];
+        let last = hidden.narrow(1, len - 1, 1).reshape(&[1, self.dim]);
+        last.linear(self.output.as_ref().unwrap_or(&self.tok_embeddings))
+    }
+}
