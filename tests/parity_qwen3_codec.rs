@@ -8,7 +8,9 @@ use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use voxtral_tts::models::qwen3_tts::speech_decoder::{CodesError, SpeechDecoder};
+use voxtral_tts::models::qwen3_tts::speech_decoder::{
+    official_reference_cut, CodesError, SpeechDecoder,
+};
 use voxtral_tts::nn::LoadError;
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::DType;
@@ -154,9 +156,12 @@ fn decoder_matches_the_official_decode() {
                 Value::Null => Vec::new(),
                 reference => codes_of(reference),
             };
+            let reference_frames = codes.len();
             codes.extend(codes_of(&case["codes"]));
-            let cut = case["output_cut_samples"].as_u64().unwrap_or(0) as usize;
             let pcm = decoder.decode(&codes).unwrap();
+            let cut = official_reference_cut(reference_frames, codes.len(), pcm.len());
+            let official_cut = case["output_cut_samples"].as_u64().unwrap_or(0);
+            assert_eq!(cut as u64, official_cut, "{preset:?} {name}");
             let want = golden.f32s(&format!("{name}.wav"));
             assert_eq!((pcm.len() - cut) as u64, samples, "{preset:?} {name}");
             let diff = max_abs_diff(&pcm[cut..], &want);

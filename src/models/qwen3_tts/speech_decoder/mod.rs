@@ -30,6 +30,22 @@ use transformer::PreTransformer;
 pub const OFFICIAL_CHUNK_FRAMES: usize = 300;
 pub const OFFICIAL_CHUNK_CONTEXT: usize = 25;
 
+/// How many leading samples the official Base in-context output drops: the utterance is
+/// decoded after the reference clip's codes, and the cut is `int(ref_len / total_len ·
+/// len(wav))` in Python floats (`qwen3_tts_model.py` l.628). That is `reference_frames ·
+/// 1920` in exact arithmetic, but the float product can land just below it (15 of 22
+/// frames cuts 28799 samples, not 28800), so it is computed the same way here.
+pub fn official_reference_cut(
+    reference_frames: usize,
+    total_frames: usize,
+    samples: usize,
+) -> usize {
+    if total_frames == 0 {
+        return 0;
+    }
+    (reference_frames as f64 / total_frames as f64 * samples as f64) as usize
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum CodesError {
     #[error("frame {frame}: expected {expected} codes, got {got}")]
@@ -345,5 +361,18 @@ impl<T: Tensor> SpeechDecoder<T> {
             .clamp(-1.0, 1.0);
         stream.advance(codes.len());
         wav.reshape(&[codes.len() * self.samples_per_frame])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::official_reference_cut;
+
+    #[test]
+    fn reference_cut_rounds_as_the_official_float_expression() {
+        assert_eq!(official_reference_cut(10, 19, 19 * 1920), 10 * 1920);
+        // int(15 / 22 * 42240) == 28799 in Python.
+        assert_eq!(official_reference_cut(15, 22, 22 * 1920), 28799);
+        assert_eq!(official_reference_cut(0, 0, 0), 0);
     }
 }
