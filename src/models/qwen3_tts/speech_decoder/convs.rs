@@ -148,7 +148,7 @@ impl<T: Tensor> CausalTransposeConv<T> {
         slots: &mut Slots,
     ) -> Result<Self, LoadError> {
         let weight = l.tensor(&format!("{prefix}.weight"), &[input, output, kernel])?;
-        if stride == 0 || kernel % stride != 0 {
+        if stride == 0 || !kernel.is_multiple_of(stride) {
             return Err(LoadError::invalid(
                 "speech_tokenizer/config.json",
                 prefix,

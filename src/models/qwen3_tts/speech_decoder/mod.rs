@@ -119,13 +119,14 @@ fn check(c: &SpeechDecoderConfig, samples_per_frame: usize, file: &str) -> Resul
     if c.sliding_window == 0 {
         return fail("sliding_window", "0".into());
     }
-    if c.codebook_dim % 2 != 0 || c.head_dim % 2 != 0 {
-        return fail(
-            "codebook_dim",
-            "codebook_dim and head_dim must be even".into(),
-        );
+    // Codebook entries are half the codebook dimension wide; RoPE rotates pairs.
+    if !c.codebook_dim.is_multiple_of(2) {
+        return fail("codebook_dim", format!("{}: must be even", c.codebook_dim));
     }
-    if c.num_key_value_heads == 0 || c.num_attention_heads % c.num_key_value_heads != 0 {
+    if !c.head_dim.is_multiple_of(2) {
+        return fail("head_dim", format!("{}: must be even", c.head_dim));
+    }
+    if c.num_key_value_heads == 0 || !c.num_attention_heads.is_multiple_of(c.num_key_value_heads) {
         return fail(
             "num_key_value_heads",
             format!(
@@ -134,7 +135,7 @@ fn check(c: &SpeechDecoderConfig, samples_per_frame: usize, file: &str) -> Resul
             ),
         );
     }
-    if c.decoder_dim % (1 << c.upsample_rates.len()) != 0 {
+    if !c.decoder_dim.is_multiple_of(1 << c.upsample_rates.len()) {
         return fail(
             "decoder_dim",
             format!(
