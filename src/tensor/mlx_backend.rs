@@ -343,6 +343,10 @@ impl Tensor for MlxTensor {
         Self::op(ops::maximum(&upper, self.scalar(lo)))
     }
 
+    fn sin(&self) -> Self {
+        Self::op(ops::sin(&self.array))
+    }
+
     fn round(&self) -> Self {
         // MLX rounds half to even, as torch.round does.
         Self::op(ops::round(&self.array, None))
@@ -510,6 +514,22 @@ impl Tensor for MlxTensor {
         ))
     }
 
+    fn conv1d_dilated(&self, weight: &Self, dilation: usize, groups: usize) -> Self {
+        assert_eq!(
+            weight.conv,
+            Some(ConvKind::Conv),
+            "conv1d_dilated needs a weight from prepare_conv_weight(.., Conv)"
+        );
+        Self::op(ops::conv1d(
+            &self.array,
+            &weight.array,
+            1,
+            0,
+            axis(dilation),
+            axis(groups),
+        ))
+    }
+
     fn conv_transpose1d(&self, weight: &Self, stride: usize) -> Self {
         assert_eq!(
             weight.conv,
@@ -601,6 +621,16 @@ mod tests {
     #[test]
     fn gelu_is_the_exact_erf_form() {
         super::super::conformance::gelu_is_the_exact_erf_form::<MlxTensor>(&DEV);
+    }
+
+    #[test]
+    fn dilated_grouped_conv_matches_reference() {
+        super::super::conformance::dilated_grouped_conv_matches_reference::<MlxTensor>(&DEV);
+    }
+
+    #[test]
+    fn sin_matches_f64() {
+        super::super::conformance::sin_matches_f64::<MlxTensor>(&DEV);
     }
 
     #[test]

@@ -131,6 +131,8 @@ pub trait Tensor: Clone + Sized {
     /// Exact (erf) GELU, `x/2 · (1 + erf(x/√2))`, as `torch.nn.functional.gelu` computes it.
     fn gelu(&self) -> Self;
     fn clamp(&self, lo: f32, hi: f32) -> Self;
+    /// Elementwise sine (SnakeBeta activations).
+    fn sin(&self) -> Self;
     /// Round to nearest, ties to even (what `torch.round` does).
     fn round(&self) -> Self;
 
@@ -214,6 +216,10 @@ pub trait Tensor: Clone + Sized {
     fn prepare_conv_weight(weight: &Self, kind: ConvKind) -> Self;
     /// Conv1d without padding on NLC input, with a weight from `prepare_conv_weight`.
     fn conv1d(&self, weight: &Self, stride: usize) -> Self;
+    /// Conv1d without padding, stride 1, with `dilation` between taps and the channels split
+    /// into `groups` independent convolutions (depthwise when `groups` equals the channels),
+    /// on NLC input, with a weight from `prepare_conv_weight` (PyTorch `[out, in / groups, k]`).
+    fn conv1d_dilated(&self, weight: &Self, dilation: usize, groups: usize) -> Self;
     /// ConvTranspose1d without padding on NLC input, with a weight from `prepare_conv_weight`.
     fn conv_transpose1d(&self, weight: &Self, stride: usize) -> Self;
     /// Pads the time axis of NLC input.
@@ -359,6 +365,35 @@ pub(crate) mod conformance {
         y
     }
 
+    /// PyTorch `Conv1d` (stride 1, no padding) with `dilation` and `groups`, NLC in and out,
+    /// weight `[cout, cin / groups, k]`.
+    fn dilated_conv_reference(
+        x: &[f32],
+        cin: usize,
+        w: &[f32],
+        cout: usize,
+        k: usize,
+        dilation: usize,
+        groups: usize,
+    ) -> Vec<f32> {
+        let len = x.len() / cin;
+        let out_len = len - (k - 1) * dilation;
+        let (gin, gout) = (cin / groups, cout / groups);
+        let mut y = vec![0.0; out_len * cout];
+        for t in 0..out_len {
+            for o in 0..cout {
+                let g = o / gout;
+                for i in 0..gin {
+                    for j in 0..k {
+                        y[t * cout + o] +=
+                            x[(t + j * dilation) * cin + g * gin + i] * w[(o * gin + i) * k + j];
+                    }
+                }
+            }
+        }
+        y
+    }
+
     fn values(n: usize, seed: usize) -> Vec<f32> {
         (0..n).map(|i| ((i * 7 + seed) % 11) as f32 - 5.0).collect()
     }
@@ -494,5 +529,38 @@ pub(crate) mod conformance {
             }
         }
         assert_close(&got, &want, "windowed pool attention");
+    }
+
+    /// Dilated and grouped (including depthwise) convolutions against a direct loop.
+    pub fn dilated_grouped_conv_matches_reference<T: Tensor>(device: &T::Device) {
+        let (len, cin) = (13, 4);
+        let x_data = values(len * cin, 3);
+        let x = T::from_f32(device, &x_data, &[1, len, cin], DType::F32);
+        for (cout, k, dilation, groups) in [(6, 3, 1, 1), (6, 3, 3, 1), (4, 3, 2, 4), (8, 2, 4, 2)]
+        {
+            let w_data = values(cout * (cin / groups) * k, 5);
+            let w = T::from_f32(device, &w_data, &[cout, cin / groups, k], DType::F32);
+            let w = T::prepare_conv_weight(&w, ConvKind::Conv);
+            let want = dilated_conv_reference(&x_data, cin, &w_data, cout, k, dilation, groups);
+            let y = x.conv1d_dilated(&w, dilation, groups);
+            assert_eq!(y.shape(), vec![1, want.len() / cout, cout], "NLC out");
+            let what = format!("cout {cout} k {k} dilation {dilation} groups {groups}");
+            assert_close(&y.to_vec_f32(), &want, &what);
+        }
+    }
+
+    /// `sin` elementwise, against f64.
+    pub fn sin_matches_f64<T: Tensor>(device: &T::Device) {
+        let x = [-4.0f32, -1.0, 0.0, 0.3, 2.5, 10.0];
+        let got = T::from_f32(device, &x, &[2, 3], DType::F32)
+            .sin()
+            .to_vec_f32();
+        for (g, x) in got.iter().zip(x) {
+            let want = f64::from(x).sin();
+            assert!(
+                (f64::from(*g) - want).abs() < 1e-6,
+                "sin({x}) = {g}, want {want}"
+            );
+        }
     }
 }

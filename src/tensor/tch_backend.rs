@@ -347,6 +347,10 @@ impl Tensor for TchTensor {
         Self::wrap(self.0.round())
     }
 
+    fn sin(&self) -> Self {
+        Self::wrap(self.0.sin())
+    }
+
     fn linear(&self, weight: &Self) -> Self {
         let out = weight.0.size().first().copied().unwrap_or(0);
         let multiply_adds = self.0.numel() as u64 * out.max(0) as u64;
@@ -518,6 +522,13 @@ impl Tensor for TchTensor {
         Self::wrap(y.transpose(1, 2))
     }
 
+    fn conv1d_dilated(&self, weight: &Self, dilation: usize, groups: usize) -> Self {
+        let x = self.0.transpose(1, 2);
+        let y =
+            x.conv1d::<tch::Tensor>(&weight.0, None, [1], [0], [dilation as i64], groups as i64);
+        Self::wrap(y.transpose(1, 2))
+    }
+
     fn conv_transpose1d(&self, weight: &Self, stride: usize) -> Self {
         let x = self.0.transpose(1, 2);
         let y =
@@ -638,5 +649,17 @@ mod tests {
     #[test]
     fn gelu_is_the_exact_erf_form() {
         super::super::conformance::gelu_is_the_exact_erf_form::<TchTensor>(&Device::Cpu);
+    }
+
+    #[test]
+    fn dilated_grouped_conv_matches_reference() {
+        super::super::conformance::dilated_grouped_conv_matches_reference::<TchTensor>(
+            &Device::Cpu,
+        );
+    }
+
+    #[test]
+    fn sin_matches_f64() {
+        super::super::conformance::sin_matches_f64::<TchTensor>(&Device::Cpu);
     }
 }

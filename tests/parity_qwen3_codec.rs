@@ -1,0 +1,259 @@
+//! The Qwen3-TTS speech-tokenizer decoder against the official qwen-tts 0.1.1 decode, f32 on
+//! libtorch (CPU), on the `qwen3-tiny-*` speech tokenizer (the same file in every preset of
+//! seed 0). Goldens from tools/goldens/qwen3_tts/make_goldens.py: the decoder alone on random
+//! codes (`decode_100`, and `decode_330` across the official 300/25 chunk seam), and each
+//! preset's decoded case waveform.
+
+use safetensors::{Dtype, SafeTensors};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use voxtral_tts::models::qwen3_tts::speech_decoder::{
+    official_reference_cut, CodesError, SpeechDecoder,
+};
+use voxtral_tts::nn::LoadError;
+use voxtral_tts::tensor::tch_backend::TchTensor;
+use voxtral_tts::tensor::DType;
+use voxtral_tts::testmodel::{make_qwen3_test_model, Qwen3Preset};
+
+/// Max abs difference from the official waveform (samples in ±1).
+const WAVEFORM_TOLERANCE: f32 = 1e-4;
+/// Max abs difference between a stream fed in chunks and one forward pass.
+const STREAMING_TOLERANCE: f32 = 1e-4;
+
+const CPU: tch::Device = tch::Device::Cpu;
+
+fn goldens_dir(preset: Qwen3Preset) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/goldens/qwen3_tts")
+        .join(preset.name())
+}
+
+struct Golden {
+    json: Value,
+    tensors: Vec<u8>,
+}
+
+impl Golden {
+    fn load(preset: Qwen3Preset) -> Golden {
+        let dir = goldens_dir(preset);
+        let text = std::fs::read_to_string(dir.join("goldens.json")).unwrap();
+        Golden {
+            json: serde_json::from_str(&text).unwrap(),
+            tensors: std::fs::read(dir.join("tensors.safetensors")).unwrap(),
+        }
+    }
+
+    fn f32s(&self, name: &str) -> Vec<f32> {
+        let st = SafeTensors::deserialize(&self.tensors).unwrap();
+        let t = st.tensor(name).unwrap();
+        assert_eq!(t.dtype(), Dtype::F32, "{name}");
+        t.data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    }
+
+    /// An int32 `[frames, 16]` tensor as frames of codes.
+    fn code_tensor(&self, name: &str) -> Vec<Vec<u32>> {
+        let st = SafeTensors::deserialize(&self.tensors).unwrap();
+        let t = st.tensor(name).unwrap();
+        assert_eq!(t.dtype(), Dtype::I32, "{name}");
+        let values: Vec<u32> = t
+            .data()
+            .chunks_exact(4)
+            .map(|b| u32::try_from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])).unwrap())
+            .collect();
+        values.chunks(t.shape()[1]).map(<[u32]>::to_vec).collect()
+    }
+
+    fn speech_tokenizer_sha256(&self) -> &str {
+        self.json["checkpoint_sha256"]["speech_tokenizer/model.safetensors"]
+            .as_str()
+            .unwrap()
+    }
+}
+
+fn codes_of(value: &Value) -> Vec<Vec<u32>> {
+    serde_json::from_value(value.clone()).unwrap()
+}
+
+fn max_abs_diff(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len(), "lengths");
+    got.iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max)
+}
+
+/// The speech tokenizer of `qwen3-tiny-base` at the goldens' seed, generated into `tmp`,
+/// checked to be the very file every preset's goldens came from.
+fn speech_tokenizer(tmp: &Path) -> PathBuf {
+    let base = Golden::load(Qwen3Preset::TinyBase);
+    let seed = base.json["seed"].as_u64().unwrap();
+    make_qwen3_test_model(tmp, Qwen3Preset::TinyBase, seed).unwrap();
+    let folder = tmp.join("speech_tokenizer");
+    let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
+    let sha = format!("{:x}", Sha256::digest(&bytes));
+    for &preset in <Qwen3Preset as clap::ValueEnum>::value_variants() {
+        let golden = Golden::load(preset);
+        assert_eq!(golden.json["seed"].as_u64(), Some(seed), "{preset:?}");
+        assert_eq!(golden.speech_tokenizer_sha256(), sha, "{preset:?}");
+    }
+    folder
+}
+
+fn load(folder: &Path) -> SpeechDecoder<TchTensor> {
+    SpeechDecoder::load(folder, &CPU, DType::F32).unwrap()
+}
+
+#[test]
+fn decoder_matches_the_official_decode() {
+    let tmp = tempfile::tempdir().unwrap();
+    let decoder = load(&speech_tokenizer(tmp.path()));
+
+    // The decoder alone: the goldens keep the last samples of decode_100 and the samples
+    // around the 300-frame chunk seam of decode_330.
+    let base = Golden::load(Qwen3Preset::TinyBase);
+    for case in base.json["decoder_cases"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let codes = base.code_tensor(&format!("{name}.codes"));
+        assert_eq!(codes.len() as u64, case["frames"].as_u64().unwrap());
+        let kept: Vec<usize> = serde_json::from_value(case["kept_samples"].clone()).unwrap();
+        let want = base.f32s(&format!("{name}.wav"));
+        let pcm = decoder.decode(&codes).unwrap();
+        assert_eq!(
+            pcm.len() as u64,
+            case["samples"].as_u64().unwrap(),
+            "{name}"
+        );
+        let diff = max_abs_diff(&pcm[kept[0]..kept[1]], &want);
+        eprintln!("{name}: max |Δ| {diff:.2e} over samples {kept:?}");
+        assert!(diff <= WAVEFORM_TOLERANCE, "{name}: max |Δ| {diff}");
+
+        // Past 300 frames the official chunking is not one forward pass: the one-pass decode
+        // differs there (by 0.05 on this checkpoint), so the chunks above are what matched.
+        let one_pass = decoder.decode_one_pass(&codes).unwrap();
+        let one_pass_diff = max_abs_diff(&one_pass[kept[0]..kept[1]], &want);
+        let official = case["chunked_vs_one_pass_max_abs_diff"].as_f64().unwrap() as f32;
+        eprintln!("{name}: one pass max |Δ| {one_pass_diff:.2e} (official: {official:.2e})");
+        assert!(
+            (one_pass_diff - official).abs() <= WAVEFORM_TOLERANCE,
+            "{name}"
+        );
+    }
+
+    // Each preset's decoded case: reference codes (Base in-context) then the generated ones,
+    // the reference part cut from the waveform.
+    for &preset in <Qwen3Preset as clap::ValueEnum>::value_variants() {
+        let golden = Golden::load(preset);
+        for case in golden.json["cases"].as_array().unwrap() {
+            let Some(samples) = case["wav_samples"].as_u64() else {
+                continue;
+            };
+            let name = case["name"].as_str().unwrap();
+            let mut codes = match &case["ref_codes"] {
+                Value::Null => Vec::new(),
+                reference => codes_of(reference),
+            };
+            let reference_frames = codes.len();
+            codes.extend(codes_of(&case["codes"]));
+            let pcm = decoder.decode(&codes).unwrap();
+            let cut = official_reference_cut(reference_frames, codes.len(), pcm.len());
+            let official_cut = case["output_cut_samples"].as_u64().unwrap_or(0);
+            assert_eq!(cut as u64, official_cut, "{preset:?} {name}");
+            let want = golden.f32s(&format!("{name}.wav"));
+            assert_eq!((pcm.len() - cut) as u64, samples, "{preset:?} {name}");
+            let diff = max_abs_diff(&pcm[cut..], &want);
+            eprintln!("{} {name}: max |Δ| {diff:.2e}", preset.name());
+            assert!(
+                diff <= WAVEFORM_TOLERANCE,
+                "{preset:?} {name}: max |Δ| {diff}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_stream_in_chunks_gives_the_one_pass_samples() {
+    let tmp = tempfile::tempdir().unwrap();
+    let decoder = load(&speech_tokenizer(tmp.path()));
+    // Longer than the attention window (72) and the convs' context, so every kind of state
+    // is carried across chunks.
+    let codes = Golden::load(Qwen3Preset::TinyBase).code_tensor("decode_100.codes");
+    let whole = decoder.decode_one_pass(&codes).unwrap();
+    for chunk in [1, 4, 25, 73] {
+        let mut stream = decoder.new_stream();
+        let mut pcm = Vec::new();
+        for part in codes.chunks(chunk) {
+            pcm.extend(decoder.decode_chunk(&mut stream, part).unwrap());
+        }
+        assert_eq!(stream.frames(), codes.len());
+        let diff = max_abs_diff(&pcm, &whole);
+        eprintln!("chunks of {chunk}: max |Δ| {diff:.2e}");
+        assert!(
+            diff <= STREAMING_TOLERANCE,
+            "chunks of {chunk}: max |Δ| {diff}"
+        );
+    }
+    // The first 100 frames of the official decode are one pass.
+    assert!(decoder.decode(&codes).unwrap() == whole);
+}
+
+#[test]
+fn bad_codes_and_checkpoints_are_clear_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = speech_tokenizer(tmp.path());
+    let decoder = load(&folder);
+    let frame = vec![0u32; 16];
+    assert!(matches!(
+        decoder.decode(&[frame.clone(), vec![0; 15]]),
+        Err(CodesError::FrameWidth {
+            frame: 1,
+            expected: 16,
+            got: 15
+        })
+    ));
+    let mut wide = frame.clone();
+    wide[3] = 2048;
+    let err = decoder.decode_one_pass(&[frame, wide]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "frame 1, codebook 3: code 2048 is outside 0..2048"
+    );
+    assert!(decoder.decode(&[]).unwrap().is_empty());
+
+    // A checkpoint without one decoder tensor, and one with a tensor no decoder has.
+    let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let rewrite = |skip: &str, extra: bool| -> LoadError {
+        let mut tensors: Vec<(String, safetensors::tensor::TensorView<'_>)> = st
+            .tensors()
+            .into_iter()
+            .filter(|(name, _)| name != skip)
+            .collect();
+        if extra {
+            let view = st.tensor("decoder.decoder.6.conv.bias").unwrap();
+            tensors.push(("decoder.decoder.7.conv.bias".into(), view));
+        }
+        let broken = tmp.path().join("broken");
+        std::fs::create_dir_all(&broken).unwrap();
+        std::fs::copy(folder.join("config.json"), broken.join("config.json")).unwrap();
+        safetensors::serialize_to_file(tensors, None, &broken.join("model.safetensors")).unwrap();
+        match SpeechDecoder::<TchTensor>::load(&broken, &CPU, DType::F32) {
+            Err(e) => e,
+            Ok(_) => panic!("loaded a broken checkpoint"),
+        }
+    };
+    let missing = "decoder.pre_transformer.layers.1.mlp_layer_scale.scale";
+    let err = rewrite(missing, false).to_string();
+    assert!(
+        err.contains("model.safetensors") && err.contains(missing) && err.contains("missing"),
+        "{err}"
+    );
+    let err = rewrite("", true).to_string();
+    assert!(
+        err.contains("decoder.decoder.7.conv.bias") && err.contains("unexpected tensor"),
+        "{err}"
+    );
+}
