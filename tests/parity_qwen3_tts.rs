@@ -13,6 +13,7 @@ use voxtral_tts::engine::StopReason;
 use voxtral_tts::models::qwen3_tts::prompt::{
     instruct_text, reference_text, target_text, CodecInput, Position,
 };
+use voxtral_tts::models::qwen3_tts::speaker_mel::{SpeakerMelFrontEnd, SPEAKER_SAMPLE_RATE};
 use voxtral_tts::models::qwen3_tts::{
     ClonedVoice, GenerationParams, PromptInput, Qwen3Tts, Reference, TalkerOptions, TextLayout,
     Uniforms, Voice,
@@ -457,4 +458,41 @@ fn tiny_base_cases_batched_equal_the_official_goldens() {
 #[test]
 fn tiny_custom_voice_1b7_cases_batched_equal_the_official_goldens() {
     check_batched(Qwen3Preset::TinyCustomVoice1b7);
+}
+
+/// Max abs difference of the speaker encoder's log-mel (natural log, values about −12 to 2).
+const SPEAKER_MEL_TOLERANCE: f32 = 1e-5;
+
+impl Goldens {
+    /// The Base goldens' reference clip, at the rate and scale goldens.json gives.
+    fn reference_audio(&self) -> Vec<f32> {
+        let spec = &self.json["reference_audio"];
+        assert_eq!(spec["sample_rate"], SPEAKER_SAMPLE_RATE);
+        assert_eq!(spec["scale"], "int16 / 32768");
+        let st = SafeTensors::deserialize(&self.tensors).unwrap();
+        let view = st.tensor(spec["tensor"].as_str().unwrap()).unwrap();
+        assert_eq!(view.dtype(), safetensors::Dtype::I16);
+        view.data()
+            .chunks_exact(2)
+            .map(|b| i16::from_le_bytes([b[0], b[1]]) as f32 / 32768.0)
+            .collect()
+    }
+}
+
+fn check_speaker_mel(preset: Qwen3Preset) {
+    let goldens = Goldens::load(preset);
+    let mel = SpeakerMelFrontEnd::new()
+        .compute(&goldens.reference_audio())
+        .unwrap();
+    let expected = goldens.f32s("icl.speaker_mel");
+    assert_eq!(mel.data.len(), expected.len(), "{}", preset.name());
+    let diff = max_abs_diff(&mel.data, &expected);
+    eprintln!("{}: speaker mel max abs diff {diff:e}", preset.name());
+    assert!(diff <= SPEAKER_MEL_TOLERANCE, "{}: {diff}", preset.name());
+}
+
+#[test]
+fn speaker_mel_matches_the_official_goldens() {
+    check_speaker_mel(Qwen3Preset::TinyBase);
+    check_speaker_mel(Qwen3Preset::TinyBase1b7);
 }
