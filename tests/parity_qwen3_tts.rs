@@ -95,9 +95,17 @@ impl Goldens {
         (model, Qwen2Tokenizer::from_folder(&dir).unwrap())
     }
 
-    /// The x-vector of a Base preset's goldens (the same clip in every case).
-    fn x_vector(&self) -> Option<Vec<f32>> {
-        (self.json["tts_model_type"] == "base").then(|| self.f32s("icl.x_vector"))
+    /// The x-vector of a Base preset's clip (the same in every case), as `model` computes it,
+    /// checked against the goldens' own.
+    fn x_vector(&self, model: &Qwen3Tts<TchTensor>) -> Option<Vec<f32>> {
+        if self.json["tts_model_type"] != "base" {
+            return None;
+        }
+        let computed = model.x_vector(&self.reference_audio()).unwrap().unwrap();
+        let diff = max_abs_diff(&computed, &self.f32s("icl.x_vector"));
+        eprintln!("x-vector max abs diff {diff:e}");
+        assert!(diff <= X_VECTOR_TOLERANCE, "x-vector: {diff}");
+        Some(computed)
     }
 }
 
@@ -254,7 +262,7 @@ fn check_preset(preset: Qwen3Preset) {
     let tmp = tempfile::tempdir().unwrap();
     let (model, tok) = goldens.load_model(preset, tmp.path(), 1);
     let max_new_tokens = goldens.json["max_new_tokens"].as_u64().unwrap() as usize;
-    let x_vector = goldens.x_vector();
+    let x_vector = goldens.x_vector(&model);
 
     let cases = goldens.json["cases"].as_array().unwrap();
     assert!(!cases.is_empty());
@@ -419,7 +427,7 @@ fn check_batched(preset: Qwen3Preset) {
     assert!(greedy.len() > 1);
     let (model, tok) = goldens.load_model(preset, tmp.path(), greedy.len());
     let max_new_tokens = goldens.json["max_new_tokens"].as_u64().unwrap() as usize;
-    let x_vector = goldens.x_vector();
+    let x_vector = goldens.x_vector(&model);
     let inputs: Vec<CaseInputs<'_>> = greedy
         .iter()
         .map(|c| CaseInputs::new(c, &tok, x_vector.as_deref(), "batched"))
@@ -462,6 +470,8 @@ fn tiny_custom_voice_1b7_cases_batched_equal_the_official_goldens() {
 
 /// Max abs difference of the speaker encoder's log-mel (natural log, values about −12 to 2).
 const SPEAKER_MEL_TOLERANCE: f32 = 1e-5;
+/// Max abs difference of the x-vector computed from the clip.
+const X_VECTOR_TOLERANCE: f32 = 1e-4;
 
 impl Goldens {
     /// The Base goldens' reference clip, at the rate and scale goldens.json gives.

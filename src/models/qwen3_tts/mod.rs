@@ -7,6 +7,7 @@ pub mod config;
 pub mod model;
 pub mod prompt;
 pub mod sampling;
+pub mod speaker_encoder;
 pub mod speaker_mel;
 mod talker;
 pub mod tokens;
