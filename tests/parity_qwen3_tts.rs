@@ -13,6 +13,7 @@ use voxtral_tts::engine::StopReason;
 use voxtral_tts::models::qwen3_tts::prompt::{
     instruct_text, reference_text, target_text, CodecInput, Position,
 };
+use voxtral_tts::models::qwen3_tts::speaker_mel::{SpeakerMelFrontEnd, SPEAKER_SAMPLE_RATE};
 use voxtral_tts::models::qwen3_tts::{
     ClonedVoice, GenerationParams, PromptInput, Qwen3Tts, Reference, TalkerOptions, TextLayout,
     Uniforms, Voice,
@@ -94,9 +95,17 @@ impl Goldens {
         (model, Qwen2Tokenizer::from_folder(&dir).unwrap())
     }
 
-    /// The x-vector of a Base preset's goldens (the same clip in every case).
-    fn x_vector(&self) -> Option<Vec<f32>> {
-        (self.json["tts_model_type"] == "base").then(|| self.f32s("icl.x_vector"))
+    /// The x-vector of a Base preset's clip (the same in every case), as `model` computes it,
+    /// checked against the goldens' own.
+    fn x_vector(&self, model: &Qwen3Tts<TchTensor>) -> Option<Vec<f32>> {
+        if self.json["tts_model_type"] != "base" {
+            return None;
+        }
+        let computed = model.x_vector(&self.reference_audio()).unwrap().unwrap();
+        let diff = max_abs_diff(&computed, &self.f32s("icl.x_vector"));
+        eprintln!("x-vector max abs diff {diff:e}");
+        assert!(diff <= X_VECTOR_TOLERANCE, "x-vector: {diff}");
+        Some(computed)
     }
 }
 
@@ -253,7 +262,7 @@ fn check_preset(preset: Qwen3Preset) {
     let tmp = tempfile::tempdir().unwrap();
     let (model, tok) = goldens.load_model(preset, tmp.path(), 1);
     let max_new_tokens = goldens.json["max_new_tokens"].as_u64().unwrap() as usize;
-    let x_vector = goldens.x_vector();
+    let x_vector = goldens.x_vector(&model);
 
     let cases = goldens.json["cases"].as_array().unwrap();
     assert!(!cases.is_empty());
@@ -418,7 +427,7 @@ fn check_batched(preset: Qwen3Preset) {
     assert!(greedy.len() > 1);
     let (model, tok) = goldens.load_model(preset, tmp.path(), greedy.len());
     let max_new_tokens = goldens.json["max_new_tokens"].as_u64().unwrap() as usize;
-    let x_vector = goldens.x_vector();
+    let x_vector = goldens.x_vector(&model);
     let inputs: Vec<CaseInputs<'_>> = greedy
         .iter()
         .map(|c| CaseInputs::new(c, &tok, x_vector.as_deref(), "batched"))
@@ -457,4 +466,43 @@ fn tiny_base_cases_batched_equal_the_official_goldens() {
 #[test]
 fn tiny_custom_voice_1b7_cases_batched_equal_the_official_goldens() {
     check_batched(Qwen3Preset::TinyCustomVoice1b7);
+}
+
+/// Max abs difference of the speaker encoder's log-mel (natural log, values about −12 to 2).
+const SPEAKER_MEL_TOLERANCE: f32 = 1e-5;
+/// Max abs difference of the x-vector computed from the clip.
+const X_VECTOR_TOLERANCE: f32 = 1e-4;
+
+impl Goldens {
+    /// The Base goldens' reference clip, at the rate and scale goldens.json gives.
+    fn reference_audio(&self) -> Vec<f32> {
+        let spec = &self.json["reference_audio"];
+        assert_eq!(spec["sample_rate"], SPEAKER_SAMPLE_RATE);
+        assert_eq!(spec["scale"], "int16 / 32768");
+        let st = SafeTensors::deserialize(&self.tensors).unwrap();
+        let view = st.tensor(spec["tensor"].as_str().unwrap()).unwrap();
+        assert_eq!(view.dtype(), safetensors::Dtype::I16);
+        view.data()
+            .chunks_exact(2)
+            .map(|b| i16::from_le_bytes([b[0], b[1]]) as f32 / 32768.0)
+            .collect()
+    }
+}
+
+fn check_speaker_mel(preset: Qwen3Preset) {
+    let goldens = Goldens::load(preset);
+    let mel = SpeakerMelFrontEnd::new()
+        .compute(&goldens.reference_audio())
+        .unwrap();
+    let expected = goldens.f32s("icl.speaker_mel");
+    assert_eq!(mel.data.len(), expected.len(), "{}", preset.name());
+    let diff = max_abs_diff(&mel.data, &expected);
+    eprintln!("{}: speaker mel max abs diff {diff:e}", preset.name());
+    assert!(diff <= SPEAKER_MEL_TOLERANCE, "{}: {diff}", preset.name());
+}
+
+#[test]
+fn speaker_mel_matches_the_official_goldens() {
+    check_speaker_mel(Qwen3Preset::TinyBase);
+    check_speaker_mel(Qwen3Preset::TinyBase1b7);
 }

@@ -1,13 +1,16 @@
 //! Qwen3-TTS-12Hz (0.6B and 1.7B; Base, CustomVoice, VoiceDesign): its configuration files,
 //! the special ids of its text tokenizer, the talker and code predictor that turn a prompt
-//! into frames of 16 codes, and the speech-tokenizer decoder (codes to waveform). Not served
-//! yet. Spec: `shared/docs/qwen3-tts-spec.md`.
+//! into frames of 16 codes, the speaker encoder (x-vector of a reference clip) and the
+//! speech-tokenizer decoder (codes to waveform). Not served yet.
+//! Spec: `shared/docs/qwen3-tts-spec.md`.
 
 mod code_predictor;
 pub mod config;
 pub mod model;
 pub mod prompt;
 pub mod sampling;
+pub mod speaker_encoder;
+pub mod speaker_mel;
 pub mod speech_decoder;
 mod talker;
 pub mod tokens;

@@ -7,9 +7,11 @@
 //! on EOS, or on its `max_new_tokens`-th token, which never gets codes.
 
 use super::code_predictor::CodePredictor;
-use super::config::{GenerationConfig, Qwen3TtsConfig};
+use super::config::{GenerationConfig, Qwen3TtsConfig, TtsModelType};
 use super::prompt::{self, CodecInput, PromptError, PromptInput, PromptLayout, Voice};
 use super::sampling::{self, GenerationParams, SampleError, Uniforms};
+use super::speaker_encoder::SpeakerEncoder;
+use super::speaker_mel::{SpeakerMelError, SpeakerMelFrontEnd};
 use super::talker::Talker;
 use crate::engine::StopReason;
 use crate::nn::checkpoint::Checkpoint;
@@ -51,6 +53,8 @@ pub struct Qwen3Tts<T: Tensor> {
     pub generation: GenerationConfig,
     talker: Talker<T>,
     predictor: CodePredictor<T>,
+    /// Base only: the x-vector of a reference clip.
+    speaker_encoder: Option<SpeakerEncoder<T>>,
     /// The talker's keys and values: a session holds one slot.
     kv: RefCell<KvPool<T>>,
     /// `P(<tts_pad>)`, `[1, hidden]`: the text side of decode steps past the trailing text.
@@ -59,11 +63,6 @@ pub struct Qwen3Tts<T: Tensor> {
     dtype: DType,
     /// The memory-mapped checkpoint the weights point into; declared last so it outlives them.
     _weights: Vec<Arc<memmap2::Mmap>>,
-}
-
-/// Tensors of `model.safetensors` that other parts of the model load.
-fn loaded_elsewhere(key: &str) -> bool {
-    key.starts_with("speaker_encoder.")
 }
 
 impl<T: Tensor> Qwen3Tts<T> {
@@ -88,14 +87,19 @@ impl<T: Tensor> Qwen3Tts<T> {
             t.hidden_size,
             dtype,
         )?;
+        let speaker_encoder = match config.tts_model_type {
+            TtsModelType::Base => Some(SpeakerEncoder::load(
+                &l.scoped("speaker_encoder."),
+                &config.speaker_encoder_config,
+                device,
+                dtype,
+            )?),
+            _ => None,
+        };
         let kv = talker
             .decoder
             .new_pool(dtype, options.max_sessions, positions);
-        let unused: Vec<String> = ckpt
-            .unused_keys()
-            .into_iter()
-            .filter(|k| !loaded_elsewhere(k))
-            .collect();
+        let unused: Vec<String> = ckpt.unused_keys().into_iter().collect();
         if !unused.is_empty() {
             tracing::warn!(file = ckpt.files(), count = unused.len(), first = %unused[0], "checkpoint has tensors the model does not use");
         }
@@ -106,11 +110,23 @@ impl<T: Tensor> Qwen3Tts<T> {
             generation,
             talker,
             predictor,
+            speaker_encoder,
             kv: RefCell::new(kv),
             tts_pad,
             device: device.clone(),
             dtype,
         })
+    }
+
+    /// The x-vector of a mono reference clip at 24 kHz; `None` for the variants that do not
+    /// clone (no speaker encoder).
+    pub fn x_vector(&self, clip: &[f32]) -> Option<Result<Vec<f32>, SpeakerMelError>> {
+        let encoder = self.speaker_encoder.as_ref()?;
+        Some(
+            SpeakerMelFrontEnd::new()
+                .compute(clip)
+                .map(|mel| encoder.x_vector(&mel)),
+        )
     }
 
     /// The prefill of `input`: its layout, the talker's input `[1, positions, hidden]`, and the

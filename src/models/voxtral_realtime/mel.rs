@@ -144,7 +144,7 @@ fn normalize(mel: &mut [f32], ceiling: f32) {
 
 /// `torch.hann_window(n)` (periodic) as ATen computes it, in f32:
 /// `cos(i · f32(2π / n)) · −0.5 + 0.5`.
-fn periodic_hann(n: usize) -> Vec<f32> {
+pub(crate) fn periodic_hann(n: usize) -> Vec<f32> {
     let step = (2.0 * std::f64::consts::PI / n as f64) as f32;
     (0..n)
         .map(|i| (i as f32 * step).cos() * -0.5 + 0.5)
@@ -152,7 +152,7 @@ fn periodic_hann(n: usize) -> Vec<f32> {
 }
 
 /// `audio` with `pad` samples mirrored at each end, the edge sample not repeated.
-fn reflect_pad(audio: &[f32], pad: usize) -> Vec<f32> {
+pub(crate) fn reflect_pad(audio: &[f32], pad: usize) -> Vec<f32> {
     let n = audio.len();
     let mut out = Vec::with_capacity(n + 2 * pad);
     out.extend((1..=pad).rev().map(|i| audio[i]));
@@ -163,7 +163,7 @@ fn reflect_pad(audio: &[f32], pad: usize) -> Vec<f32> {
 
 /// Slaney mel scale (librosa's, as mistral-common uses it): linear below 1 kHz, logarithmic
 /// above.
-fn hz_to_mel(hz: f64) -> f64 {
+pub(crate) fn hz_to_mel(hz: f64) -> f64 {
     const MIN_LOG_HZ: f64 = 1000.0;
     const MIN_LOG_MEL: f64 = 15.0;
     if hz >= MIN_LOG_HZ {
@@ -173,7 +173,7 @@ fn hz_to_mel(hz: f64) -> f64 {
     }
 }
 
-fn mel_to_hz(mel: f64) -> f64 {
+pub(crate) fn mel_to_hz(mel: f64) -> f64 {
     const MIN_LOG_HZ: f64 = 1000.0;
     const MIN_LOG_MEL: f64 = 15.0;
     if mel >= MIN_LOG_MEL {

@@ -1,0 +1,158 @@
+//! The speaker encoder's log-mel front end, as the official `extract_speaker_embedding` computes
+//! it on a 24 kHz clip (spec §10): reflect pad of `(n_fft − hop) / 2` on each side, frames of
+//! `n_fft` every `hop` samples (`center=False`), periodic Hann window, magnitude
+//! `sqrt(re² + im² + 1e-9)`, librosa's Slaney filterbank (0 Hz to 12 kHz) and
+//! `ln(max(·, 1e-5))`.
+//!
+//! The FFT and the filterbank sums run in f64 and are rounded once, so that this side adds no
+//! rounding of its own to the reference's f32 arithmetic.
+
+use crate::models::voxtral_realtime::mel::{hz_to_mel, mel_to_hz, periodic_hann, reflect_pad};
+use realfft::{RealFftPlanner, RealToComplex};
+use std::sync::Arc;
+
+/// The clip rate the speaker encoder reads.
+pub const SPEAKER_SAMPLE_RATE: u32 = 24_000;
+const N_FFT: usize = 1024;
+const HOP: usize = 256;
+const MEL_BINS: usize = 128;
+const F_MAX: f64 = 12_000.0;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SpeakerMelError {
+    #[error("a reference clip of {samples} samples is too short: it needs at least {min}")]
+    TooShort { samples: usize, min: usize },
+}
+
+/// Frame-major log-mel: `data[t * 128 + m]`, the `[time, mels]` layout the encoder reads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpeakerMel {
+    pub frames: usize,
+    pub data: Vec<f32>,
+}
+
+impl SpeakerMel {
+    pub const BINS: usize = MEL_BINS;
+}
+
+pub struct SpeakerMelFrontEnd {
+    window: Vec<f32>,
+    /// `[fft bins][mels]`.
+    filters: Vec<f32>,
+    fft: Arc<dyn RealToComplex<f64>>,
+}
+
+impl Default for SpeakerMelFrontEnd {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SpeakerMelFrontEnd {
+    pub fn new() -> Self {
+        SpeakerMelFrontEnd {
+            window: periodic_hann(N_FFT),
+            filters: librosa_slaney_filters(N_FFT / 2 + 1, MEL_BINS, SPEAKER_SAMPLE_RATE, F_MAX),
+            fft: RealFftPlanner::<f64>::new().plan_fft_forward(N_FFT),
+        }
+    }
+
+    /// Log-mel of a mono clip at 24 kHz: `len / hop` frames (for `len ≥ hop`).
+    pub fn compute(&self, audio: &[f32]) -> Result<SpeakerMel, SpeakerMelError> {
+        let pad = (N_FFT - HOP) / 2;
+        // The reflect pad needs more input samples than it pads, and one frame must fit.
+        let min = pad + 1;
+        if audio.len() < min {
+            return Err(SpeakerMelError::TooShort {
+                samples: audio.len(),
+                min,
+            });
+        }
+        let padded = reflect_pad(audio, pad);
+        let frames = (padded.len() - N_FFT) / HOP + 1;
+        let mut input = self.fft.make_input_vec();
+        let mut spectrum = self.fft.make_output_vec();
+        let mut scratch = self.fft.make_scratch_vec();
+        let mut magnitude = vec![0f32; N_FFT / 2 + 1];
+        let mut sums = vec![0f64; MEL_BINS];
+        let mut data = Vec::with_capacity(frames * MEL_BINS);
+        for t in 0..frames {
+            let frame = &padded[t * HOP..t * HOP + N_FFT];
+            for ((x, &sample), &w) in input.iter_mut().zip(frame).zip(&self.window) {
+                // The windowed frame in f32, as the reference forms it.
+                *x = (sample * w) as f64;
+            }
+            self.fft
+                .process_with_scratch(&mut input, &mut spectrum, &mut scratch)
+                .unwrap_or_else(|_| unreachable!("buffers come from the plan"));
+            for (m, c) in magnitude.iter_mut().zip(&spectrum) {
+                *m = (c.norm_sqr() + 1e-9).sqrt() as f32;
+            }
+            sums.fill(0.0);
+            for (&mag, filters) in magnitude.iter().zip(self.filters.chunks_exact(MEL_BINS)) {
+                for (sum, &f) in sums.iter_mut().zip(filters) {
+                    *sum += f as f64 * mag as f64;
+                }
+            }
+            data.extend(sums.iter().map(|&sum| (sum as f32).max(1e-5).ln()));
+        }
+        Ok(SpeakerMel { frames, data })
+    }
+}
+
+/// `librosa.filters.mel(sr, n_fft, n_mels, fmin=0, fmax)` (Slaney scale and area
+/// normalisation), computed in f64 and rounded to f32: `[bins][mels]`.
+fn librosa_slaney_filters(bins: usize, mels: usize, sample_rate: u32, f_max: f64) -> Vec<f32> {
+    let (min_mel, max_mel) = (hz_to_mel(0.0), hz_to_mel(f_max));
+    // np.linspace(min, max, mels + 2)
+    let step = (max_mel - min_mel) / (mels + 1) as f64;
+    let mel_hz: Vec<f64> = (0..mels + 2)
+        .map(|i| {
+            let mel = if i == mels + 1 {
+                max_mel
+            } else {
+                min_mel + i as f64 * step
+            };
+            mel_to_hz(mel)
+        })
+        .collect();
+    // np.fft.rfftfreq(n_fft, 1 / sr)
+    let n_fft = 2 * (bins - 1);
+    let bin_hz = |k: usize| k as f64 * (sample_rate as f64 / n_fft as f64);
+    let mut filters = vec![0f32; bins * mels];
+    for k in 0..bins {
+        let f = bin_hz(k);
+        for m in 0..mels {
+            let lower = (f - mel_hz[m]) / (mel_hz[m + 1] - mel_hz[m]);
+            let upper = (mel_hz[m + 2] - f) / (mel_hz[m + 2] - mel_hz[m + 1]);
+            let enorm = 2.0 / (mel_hz[m + 2] - mel_hz[m]);
+            filters[k * mels + m] = (0f64.max(lower.min(upper)) * enorm) as f32;
+        }
+    }
+    filters
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_len_over_hop_and_silence_is_the_magnitude_floor() {
+        let mel = SpeakerMelFrontEnd::new().compute(&[0.0; 2560]).unwrap();
+        assert_eq!(mel.frames, 10);
+        assert_eq!(mel.data.len(), 10 * 128);
+        // Every band reads sqrt(1e-9) times its filter's sum.
+        assert!(mel.data.iter().all(|v| v.is_finite() && *v < -8.0));
+    }
+
+    #[test]
+    fn a_clip_shorter_than_the_reflect_pad_is_an_error() {
+        assert_eq!(
+            SpeakerMelFrontEnd::new().compute(&[0.1; 384]),
+            Err(SpeakerMelError::TooShort {
+                samples: 384,
+                min: 385
+            })
+        );
+    }
+}
