@@ -129,12 +129,14 @@ impl OnBackend for Worker<'_> {
 
     fn run<T: Tensor>(self, device: &T::Device) {
         let s = &self.settings;
-        let loaded = Config::load(&s.model_dir).map_err(|e| e.to_string()).and_then(|config| {
-            let samples = (s.max_audio_seconds * f64::from(config.mel.sample_rate)).ceil();
-            let positions = config.streaming.offline_positions(samples as usize);
-            Transcriber::<T>::load(&s.model_dir, device, s.dtype, positions)
-                .map_err(|e| e.to_string())
-        });
+        let loaded = Config::load(&s.model_dir)
+            .map_err(|e| e.to_string())
+            .and_then(|config| {
+                let samples = (s.max_audio_seconds * f64::from(config.mel.sample_rate)).ceil();
+                let positions = config.streaming.offline_positions(samples as usize);
+                Transcriber::<T>::load(&s.model_dir, device, s.dtype, positions)
+                    .map_err(|e| e.to_string())
+            });
         let model = match loaded {
             Ok(model) => model,
             Err(message) => {
@@ -154,9 +156,8 @@ impl OnBackend for Worker<'_> {
         tracing::info!(model = %s.model_id, "speech-to-text model loaded");
         while let Ok(job) = self.inbox.recv() {
             let events = job.events.clone();
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                transcribe(&model, job)
-            }));
+            let outcome =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| transcribe(&model, job)));
             if outcome.is_err() {
                 let _ = events.send(TranscriptionEvent::Failed(
                     "the model panicked on this input".into(),
@@ -204,9 +205,19 @@ fn transcribe<T: Tensor>(model: &Transcriber<T>, job: TranscriptionJob) {
     }
     let sample_rate = model.config.mel.sample_rate;
     let token_seconds = token_seconds(&model.config.streaming, sample_rate);
+    let audio_seconds = job.audio.len() as f64 / f64::from(sample_rate);
+    // The right padding's positions decode too: their words end with the audio.
+    let words = words(&transcript, &model.tokenizer, &model.special, token_seconds)
+        .into_iter()
+        .map(|w| TimedText {
+            start: w.start.min(audio_seconds),
+            end: w.end.min(audio_seconds),
+            text: w.text,
+        })
+        .collect();
     let _ = job.events.send(TranscriptionEvent::Done(TimedTranscript {
-        words: words(&transcript, &model.tokenizer, &model.special, token_seconds),
-        audio_seconds: job.audio.len() as f64 / f64::from(sample_rate),
+        words,
+        audio_seconds,
         text: transcript.text,
         tokens: transcript.tokens,
     }));

@@ -39,9 +39,7 @@ pub fn words(
             word_break |= token == special.streaming_word;
             continue;
         }
-        let starts_with_space = tokenizer
-            .decode(&[token])
-            .starts_with(char::is_whitespace);
+        let starts_with_space = tokenizer.decode(&[token]).starts_with(char::is_whitespace);
         match runs.last_mut() {
             Some((_, last, run)) if !word_break && !starts_with_space => {
                 *last = i;
@@ -69,7 +67,9 @@ pub fn segments(words: &[TimedText]) -> Vec<TimedText> {
     let mut out: Vec<TimedText> = Vec::new();
     let mut open = false;
     for word in words {
-        let pause = out.last().is_some_and(|s| word.start - s.end >= SEGMENT_PAUSE_SECONDS);
+        let pause = out
+            .last()
+            .is_some_and(|s| word.start - s.end >= SEGMENT_PAUSE_SECONDS);
         match out.last_mut() {
             Some(segment) if open && !pause => {
                 segment.text.push(' ');
@@ -158,7 +158,10 @@ mod tests {
         assert_eq!(got.len(), want.len(), "{got:?}");
         for (g, w) in got.iter().zip(&want) {
             assert_eq!(g.text, w.text);
-            assert!((g.start - w.start).abs() < 1e-9 && (g.end - w.end).abs() < 1e-9, "{g:?}");
+            assert!(
+                (g.start - w.start).abs() < 1e-9 && (g.end - w.end).abs() < 1e-9,
+                "{g:?}"
+            );
         }
     }
 
