@@ -217,12 +217,15 @@ fn streamed_deltas_join_to_the_text() {
     assert_eq!(done["usage"]["type"], "duration");
 }
 
+/// Form fields, file, expected status and the `param` it names.
+type Case<'a> = (&'a [(&'a str, &'a str)], Option<&'a [u8]>, u16, &'a str);
+
 #[test]
 fn bad_requests_get_openai_errors() {
     let server = start();
     let audio = wav();
     let stt = ("model", "stt-tiny-0");
-    let cases: [(&[(&str, &str)], Option<&[u8]>, u16, &str); 7] = [
+    let cases: [Case; 7] = [
         (&[stt], None, 400, "file"),
         (&[stt], Some(b""), 400, "file"),
         (&[stt], Some(b"definitely not audio"), 400, "file"),
