@@ -52,6 +52,10 @@ pub struct ServerConfig {
     /// Longest text segment synthesized as one generation; longer input is split.
     pub segment_chars: usize,
     pub max_body_bytes: usize,
+    /// Largest audio upload to /v1/audio/transcriptions.
+    pub max_transcription_bytes: usize,
+    /// Longest audio transcribed; speech-to-text KV caches are sized for it.
+    pub max_transcription_seconds: usize,
     pub request_timeout_secs: u64,
     pub shutdown_grace_secs: u64,
     pub api_keys: ApiKeys,
@@ -191,6 +195,11 @@ impl ServerConfig {
             ("chunk_frames", config.chunk_frames),
             ("segment_chars", config.segment_chars),
             ("max_body_bytes", config.max_body_bytes),
+            ("max_transcription_bytes", config.max_transcription_bytes),
+            (
+                "max_transcription_seconds",
+                config.max_transcription_seconds,
+            ),
         ] {
             if value == 0 {
                 return Err(ConfigError::Zero { key });

@@ -12,6 +12,7 @@
 mod active;
 pub mod job;
 pub mod queue;
+pub mod transcription;
 pub mod worker;
 
 pub use job::{JobError, JobEvent, JobOptions, JobSummary, SegmentCodes, SpeechJob};

@@ -18,6 +18,8 @@ mod wyoming;
 
 use crate::config::ServerConfig;
 use crate::engine::EngineOptions;
+use crate::models::{detect_family, Family};
+use crate::scheduler::transcription::{start_transcription_worker, TranscriptionSettings};
 use crate::scheduler::{start_worker, EngineState, StreamSettings, WorkerSettings};
 use anyhow::{anyhow, Context};
 use axum::extract::DefaultBodyLimit;
@@ -27,8 +29,8 @@ use axum::routing::get;
 use axum::Router;
 use drain::Drain;
 use routes::speech::SEED_HEADER;
-use routes::{health, models, playground, speech, voices};
-use state::{AppState, ServedModel};
+use routes::{health, models, playground, speech, transcriptions, voices};
+use state::{AppState, ServedModel, ServedTranscriber};
 use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -55,6 +57,12 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(models::list_models))
 }
 
+/// Speech to text: the same keys and drain as [`v1_routes`], with the upload limit of
+/// `max_transcription_bytes` instead of `max_body_bytes`.
+fn transcription_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(transcriptions::create_transcription))
+}
+
 /// The voice and model lists: refused while draining, and behind the API keys only when
 /// `public_discovery` is off (Open WebUI fetches them without its key).
 fn discovery_routes() -> OpenApiRouter<AppState> {
@@ -75,6 +83,7 @@ fn operations_routes() -> OpenApiRouter<AppState> {
 pub fn openapi() -> utoipa::openapi::OpenApi {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(v1_routes())
+        .merge(transcription_routes())
         .merge(discovery_routes())
         .merge(operations_routes())
         .into_openapi()
@@ -85,6 +94,16 @@ fn router(state: AppState) -> Router {
     let v1: Router<AppState> = v1_routes()
         .split_for_parts()
         .0
+        .route_layer(RequestBodyLimitLayer::new(config.max_body_bytes))
+        .route_layer(from_fn_with_state(state.clone(), auth::require_api_key))
+        .route_layer(from_fn_with_state(
+            state.clone(),
+            drain::reject_while_draining,
+        ));
+    let transcription: Router<AppState> = transcription_routes()
+        .split_for_parts()
+        .0
+        .route_layer(RequestBodyLimitLayer::new(config.max_transcription_bytes))
         .route_layer(from_fn_with_state(state.clone(), auth::require_api_key))
         .route_layer(from_fn_with_state(
             state.clone(),
@@ -106,12 +125,16 @@ fn router(state: AppState) -> Router {
     // Layers listed innermost first.
     let app = Router::new()
         .merge(v1)
+        .merge(transcription)
         .merge(discovery)
         .merge(operations)
         .merge(playground)
         .merge(SwaggerUi::new("/docs").url("/openapi.json", openapi()))
         .fallback(error::not_found)
-        .layer(RequestBodyLimitLayer::new(config.max_body_bytes))
+        // The largest of the limits; each route group applies its own.
+        .layer(RequestBodyLimitLayer::new(
+            config.max_body_bytes.max(config.max_transcription_bytes),
+        ))
         .layer(DefaultBodyLimit::disable())
         .layer(TimeoutLayer::with_status_code(
             StatusCode::GATEWAY_TIMEOUT,
@@ -174,8 +197,26 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
         None => None,
     };
     let mut models = Vec::new();
+    let mut transcribers = Vec::new();
     let mut workers = Vec::new();
     for (id, model_dir) in config.models() {
+        if let Ok(Family::VoxtralRealtime) = detect_family(&model_dir) {
+            let (queue, state, worker) = start_transcription_worker(
+                TranscriptionSettings {
+                    model_id: id.clone(),
+                    model_dir,
+                    device: config.device,
+                    dtype: config.dtype.into(),
+                    threads: config.threads,
+                    max_audio_seconds: config.max_transcription_seconds as f64,
+                },
+                config.queue_capacity,
+            )
+            .with_context(|| format!("starting the transcription worker of {id}"))?;
+            transcribers.push(ServedTranscriber { id, queue, state });
+            workers.push(worker);
+            continue;
+        }
         let (queue, engine, worker) = start_worker(
             WorkerSettings {
                 model_id: id.clone(),
@@ -201,6 +242,12 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
         models.push(ServedModel { id, queue, engine });
         workers.push(worker);
     }
+    if models.is_empty() {
+        return Err(anyhow!(
+            "no text-to-speech model: serve needs one beside speech-to-text models (it is the \
+             default model of OpenAI's names and of Wyoming)"
+        ));
+    }
     tracing::info!("listening on http://{}", listener.local_addr()?);
     let grace = config.shutdown_grace();
     let engines: Vec<_> = models
@@ -210,6 +257,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     let state = AppState {
         config: Arc::new(config),
         models: models.into(),
+        transcribers: transcribers.into(),
         drain: Arc::new(Drain::default()),
         metrics: metrics_handle,
         started_at: SystemTime::now()

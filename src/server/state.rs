@@ -3,6 +3,7 @@
 use super::drain::Drain;
 use super::error::ApiError;
 use crate::config::ServerConfig;
+use crate::scheduler::transcription::{TranscriberCard, TranscriberState, TranscriptionQueue};
 use crate::scheduler::{EngineState, JobQueue, LoadedModel};
 use axum::http::StatusCode;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -17,6 +18,8 @@ pub struct AppState {
     pub config: Arc<ServerConfig>,
     /// In the order of the settings; never empty. The first is the default model.
     pub models: Arc<[ServedModel]>,
+    /// The speech-to-text models, in the order of the settings.
+    pub transcribers: Arc<[ServedTranscriber]>,
     pub drain: Arc<Drain>,
     pub metrics: PrometheusHandle,
     /// Unix time the server started (the `created` of /v1/models entries).
@@ -46,6 +49,29 @@ impl ServedModel {
     }
 }
 
+/// A speech-to-text model folder and the worker that owns it.
+#[derive(Clone)]
+pub struct ServedTranscriber {
+    pub id: String,
+    pub queue: TranscriptionQueue,
+    pub state: watch::Receiver<TranscriberState>,
+}
+
+impl ServedTranscriber {
+    /// The loaded model's card, or 503 while it is loading.
+    pub fn loaded(&self) -> Result<Arc<TranscriberCard>, ApiError> {
+        match &*self.state.borrow() {
+            TranscriberState::Ready(card) => Ok(card.clone()),
+            TranscriberState::Loading => Err(ApiError::model_loading()),
+            TranscriberState::Failed(message) => Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some("model_load_failed"),
+                format!("The model failed to load: {message}"),
+            )),
+        }
+    }
+}
+
 impl AppState {
     /// The first model: what Wyoming clients and requests naming OpenAI's models get.
     pub fn default_model(&self) -> &ServedModel {
@@ -60,8 +86,32 @@ impl AppState {
         if OPENAI_MODEL_ALIASES.contains(&name) {
             return Ok(self.default_model());
         }
+        if self.transcribers.iter().any(|m| m.id == name) {
+            return Err(ApiError::invalid(
+                "model",
+                format!("{name} is a speech-to-text model: use /v1/audio/transcriptions"),
+            ));
+        }
         let mut served: Vec<&str> = self.models.iter().map(|m| m.id.as_str()).collect();
         served.extend(OPENAI_MODEL_ALIASES);
+        Err(ApiError::model_not_found(name, &served))
+    }
+}
+
+impl AppState {
+    /// The speech-to-text model a transcription request names; a speech model is a 400, any
+    /// other name a 404.
+    pub fn transcriber_named(&self, name: &str) -> Result<&ServedTranscriber, ApiError> {
+        if let Some(model) = self.transcribers.iter().find(|m| m.id == name) {
+            return Ok(model);
+        }
+        if self.models.iter().any(|m| m.id == name) || OPENAI_MODEL_ALIASES.contains(&name) {
+            return Err(ApiError::invalid(
+                "model",
+                format!("{name} is a text-to-speech model: it cannot transcribe"),
+            ));
+        }
+        let served: Vec<&str> = self.transcribers.iter().map(|m| m.id.as_str()).collect();
         Err(ApiError::model_not_found(name, &served))
     }
 }

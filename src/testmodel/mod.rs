@@ -8,7 +8,7 @@
 //! need it.
 
 mod qwen3_tts;
-mod tekken;
+pub(crate) mod tekken;
 mod voxtral_realtime;
 
 pub use qwen3_tts::{

@@ -13,6 +13,7 @@
 mod chars;
 pub mod normalize;
 pub mod split;
+pub mod subtitles;
 
 pub use normalize::{normalize, NormalizeOptions};
 pub use split::{split_ranges, split_segments, DEFAULT_SEGMENT_CHARS};

@@ -15,4 +15,5 @@ pub mod params;
 pub mod prompt;
 pub mod streaming;
 pub mod text_decoder;
+pub mod timing;
 pub mod transcriber;

@@ -5,4 +5,5 @@ pub mod metrics;
 pub mod models;
 pub mod playground;
 pub mod speech;
+pub mod transcriptions;
 pub mod voices;

@@ -47,9 +47,10 @@ pub struct Capabilities {
     instructions: bool,
     /// BCP 47 codes.
     languages: Vec<String>,
-    /// Of the PCM it produces (before any encoding).
+    /// Of the PCM it produces (before any encoding); for speech to text, of the audio it reads.
     sample_rate: u32,
-    /// Samples per generated frame: the unit of `max_frames` and of usage's output tokens.
+    /// Samples per generated frame: the unit of `max_frames` and of usage's output tokens
+    /// (speech to text: the audio per decoded token).
     samples_per_frame: usize,
 }
 
@@ -85,6 +86,31 @@ fn models(app: &AppState) -> Vec<Model> {
             }
         })
         .collect();
+    list.extend(app.transcribers.iter().map(|served| {
+        let card = served.loaded().ok();
+        Model {
+            id: served.id.clone(),
+            object: "model",
+            created: app.started_at,
+            owned_by: if card.is_some() {
+                "mistralai"
+            } else {
+                "unknown"
+            },
+            family: card.as_ref().map(|c| c.family),
+            capabilities: card.map(|c| Capabilities {
+                endpoints: vec!["/v1/audio/transcriptions"],
+                voices: Vec::new(),
+                cloning: false,
+                instructions: false,
+                languages: Vec::new(),
+                sample_rate: c.sample_rate,
+                samples_per_frame: c.samples_per_token,
+            }),
+            aliases: Vec::new(),
+            parent: None,
+        }
+    }));
     let default = app.default_model();
     let owned_by = list[0].owned_by;
     list.extend(OPENAI_MODEL_ALIASES.iter().map(|alias| Model {

@@ -1,0 +1,290 @@
+//! `POST /v1/audio/transcriptions`: OpenAI's speech-to-text endpoint over a Voxtral Realtime
+//! model (docs/voxtral-realtime-spec.md, section A).
+
+use crate::audio::input::{decode_to_rate, AudioInputError, DecodeLimits};
+use crate::models::voxtral_realtime::timing::{segments, TimedText};
+use crate::scheduler::transcription::{
+    TimedTranscript, TranscriptionEvent, TranscriptionJob, TranscriptionSubmitError,
+};
+use crate::server::error::ApiError;
+use crate::server::state::AppState;
+use crate::text::subtitles::{srt, vtt, Cue};
+use axum::extract::{Multipart, State};
+use axum::http::{header, StatusCode};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// The fields of the multipart form this endpoint reads.
+#[derive(Default)]
+struct Form {
+    file: Option<Vec<u8>>,
+    model: Option<String>,
+    response_format: Option<String>,
+    temperature: Option<String>,
+    stream: Option<String>,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Format {
+    Json,
+    Text,
+    Srt,
+    Vtt,
+    VerboseJson,
+}
+
+impl Format {
+    fn parse(name: Option<&str>) -> Result<Format, ApiError> {
+        Ok(match name.unwrap_or("json") {
+            "json" => Format::Json,
+            "text" => Format::Text,
+            "srt" => Format::Srt,
+            "vtt" => Format::Vtt,
+            "verbose_json" => Format::VerboseJson,
+            other => {
+                return Err(ApiError::invalid(
+                    "response_format",
+                    format!(
+                        "response_format {other:?}: expected json, text, srt, vtt or verbose_json"
+                    ),
+                ))
+            }
+        })
+    }
+}
+
+async fn read_form(mut multipart: Multipart) -> Result<Form, ApiError> {
+    let bad = |e: axum::extract::multipart::MultipartError| {
+        ApiError::new(e.status(), Some("invalid_multipart"), e.body_text())
+    };
+    let mut form = Form::default();
+    while let Some(field) = multipart.next_field().await.map_err(bad)? {
+        let name = field.name().unwrap_or("").to_string();
+        if name == "file" {
+            form.file = Some(field.bytes().await.map_err(bad)?.to_vec());
+            continue;
+        }
+        let value = field.text().await.map_err(bad)?;
+        match name.as_str() {
+            "model" => form.model = Some(value),
+            "response_format" => form.response_format = Some(value),
+            "temperature" => form.temperature = Some(value),
+            "stream" => form.stream = Some(value),
+            // `language` and `prompt` are accepted and unused: the model has no input for
+            // them. Other OpenAI fields (`timestamp_granularities[]`, `include[]`,
+            // `chunking_strategy`) are accepted and ignored too.
+            _ => {}
+        }
+    }
+    Ok(form)
+}
+
+fn parse_flag(value: Option<&str>) -> Result<bool, ApiError> {
+    match value.unwrap_or("false") {
+        "true" | "True" | "1" => Ok(true),
+        "false" | "False" | "0" | "" => Ok(false),
+        other => Err(ApiError::invalid(
+            "stream",
+            format!("stream {other:?}: expected true or false"),
+        )),
+    }
+}
+
+/// Only greedy decoding exists: 0 to 1 is accepted (and decodes greedily), anything else 400.
+fn check_temperature(value: Option<&str>) -> Result<(), ApiError> {
+    let Some(value) = value.filter(|v| !v.is_empty()) else {
+        return Ok(());
+    };
+    match value.parse::<f64>() {
+        Ok(t) if (0.0..=1.0).contains(&t) => Ok(()),
+        _ => Err(ApiError::invalid(
+            "temperature",
+            format!("temperature {value:?}: expected a number from 0 to 1"),
+        )),
+    }
+}
+
+fn audio_error(e: AudioInputError) -> ApiError {
+    match e {
+        AudioInputError::Internal(message) => ApiError::internal(message),
+        AudioInputError::TooLarge { .. } => ApiError {
+            param: Some("file".into()),
+            ..ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, Some(e.code()), e.to_string())
+        },
+        _ => ApiError {
+            param: Some("file".into()),
+            ..ApiError::new(StatusCode::BAD_REQUEST, Some(e.code()), e.to_string())
+        },
+    }
+}
+
+/// Transcribes an audio file.
+///
+/// A multipart form as OpenAI's: `file` (WAV, MP3, FLAC, Ogg or WebM, any sample rate,
+/// resampled to the model's 16 kHz), `model` (a speech-to-text model's id), and optionally
+/// `response_format` (`json`, the default, `text`, `srt`, `vtt` or `verbose_json`) and
+/// `stream` (`true`: Server-Sent Events `transcript.text.delta` then `transcript.text.done`).
+/// Decoding is greedy: `temperature` from 0 to 1 is accepted and changes nothing. `language`
+/// and `prompt` are accepted and ignored: Voxtral Realtime has no language or prompt input.
+/// Times in `verbose_json`, `srt` and `vtt` come from the tokens: each token stands for 80 ms
+/// of audio (an approximation).
+#[utoipa::path(post, path = "/v1/audio/transcriptions", tag = "audio", security(("api_key" = [])),
+    request_body(content_type = "multipart/form-data", description = "file, model, response_format, temperature, stream, language, prompt"),
+    responses(
+        (status = 200, description = "The transcript: JSON, plain text, SubRip, WebVTT, or text/event-stream when stream=true"),
+        (status = 400, description = "A missing, empty or undecodable file, a bad field, or a model that does not transcribe", body = crate::server::error::ErrorResponse),
+        (status = 404, description = "No model of that name", body = crate::server::error::ErrorResponse),
+        (status = 413, description = "The file is too large", body = crate::server::error::ErrorResponse),
+        (status = 429, description = "The model's queue is full", body = crate::server::error::ErrorResponse),
+        (status = 503, description = "The model is loading", body = crate::server::error::ErrorResponse)))]
+pub async fn create_transcription(
+    State(app): State<AppState>,
+    multipart: Multipart,
+) -> Result<Response, ApiError> {
+    let form = read_form(multipart).await?;
+    let model_name = form
+        .model
+        .as_deref()
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| ApiError::invalid("model", "model is required"))?;
+    let served = app.transcriber_named(model_name)?;
+    let format = Format::parse(form.response_format.as_deref())?;
+    let stream = parse_flag(form.stream.as_deref())?;
+    check_temperature(form.temperature.as_deref())?;
+    if stream && format != Format::Json && format != Format::Text {
+        return Err(ApiError::invalid(
+            "stream",
+            "stream=true is for response_format json or text",
+        ));
+    }
+    let bytes = form
+        .file
+        .ok_or_else(|| ApiError::invalid("file", "file is required"))?;
+    let card = served.loaded()?;
+    let limits = DecodeLimits::new(
+        app.config.max_transcription_bytes,
+        Duration::from_secs_f64(card.max_audio_seconds),
+    );
+    let audio =
+        tokio::task::spawn_blocking(move || decode_to_rate(&bytes, card.sample_rate, &limits))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .map_err(audio_error)?;
+    let (events, mut received) = mpsc::unbounded_channel();
+    served
+        .queue
+        .try_submit(TranscriptionJob {
+            audio: audio.samples,
+            events,
+        })
+        .map_err(|e| match e {
+            TranscriptionSubmitError::Full(_) => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                Some("queue_full"),
+                e.to_string(),
+            )
+            .with_retry_after(1),
+            TranscriptionSubmitError::Stopped => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some("worker_stopped"),
+                e.to_string(),
+            ),
+        })?;
+    if stream {
+        return Ok(sse(received).into_response());
+    }
+    loop {
+        match received.recv().await {
+            Some(TranscriptionEvent::Delta(_)) => {}
+            Some(TranscriptionEvent::Done(transcript)) => return Ok(respond(format, &transcript)),
+            Some(TranscriptionEvent::Failed(message)) => {
+                return Err(ApiError::invalid("file", message))
+            }
+            None => return Err(ApiError::internal("the transcription worker stopped")),
+        }
+    }
+}
+
+fn usage(transcript: &TimedTranscript) -> Value {
+    json!({"type": "duration", "seconds": transcript.audio_seconds})
+}
+
+fn cues(segments: &[TimedText]) -> Vec<Cue<'_>> {
+    segments
+        .iter()
+        .map(|s| Cue {
+            text: &s.text,
+            start: s.start,
+            end: s.end,
+        })
+        .collect()
+}
+
+fn respond(format: Format, transcript: &TimedTranscript) -> Response {
+    let segments = segments(&transcript.words);
+    let plain =
+        |body: String, mime: &'static str| ([(header::CONTENT_TYPE, mime)], body).into_response();
+    match format {
+        Format::Json => {
+            Json(json!({"text": transcript.text, "usage": usage(transcript)})).into_response()
+        }
+        Format::Text => plain(
+            format!("{}\n", transcript.text),
+            "text/plain; charset=utf-8",
+        ),
+        Format::Srt => plain(srt(&cues(&segments)), "application/x-subrip; charset=utf-8"),
+        Format::Vtt => plain(vtt(&cues(&segments)), "text/vtt; charset=utf-8"),
+        Format::VerboseJson => Json(verbose_json(transcript, &segments)).into_response(),
+    }
+}
+
+fn verbose_json(transcript: &TimedTranscript, segments: &[TimedText]) -> Value {
+    let segments: Vec<Value> = segments
+        .iter()
+        .enumerate()
+        .map(|(id, s)| {
+            json!({"id": id, "seek": 0, "start": s.start, "end": s.end, "text": s.text,
+                   "tokens": [], "temperature": 0.0, "avg_logprob": 0.0,
+                   "compression_ratio": 0.0, "no_speech_prob": 0.0})
+        })
+        .collect();
+    let words: Vec<Value> = transcript
+        .words
+        .iter()
+        .map(|w| json!({"word": w.text, "start": w.start, "end": w.end}))
+        .collect();
+    json!({"task": "transcribe", "duration": transcript.audio_seconds, "language": "",
+           "text": transcript.text, "segments": segments, "words": words,
+           "usage": usage(transcript)})
+}
+
+/// `transcript.text.delta` per piece of text, then `transcript.text.done` with the whole
+/// text and usage; a failure mid-way is an `error` event.
+fn sse(
+    received: mpsc::UnboundedReceiver<TranscriptionEvent>,
+) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
+    let received = futures_util::stream::unfold(received, |mut rx| async move {
+        rx.recv().await.map(|event| (event, rx))
+    });
+    let events = received.map(|event| {
+        let data = match event {
+            TranscriptionEvent::Delta(delta) => {
+                json!({"type": "transcript.text.delta", "delta": delta})
+            }
+            TranscriptionEvent::Done(t) => {
+                json!({"type": "transcript.text.done", "text": t.text, "usage": usage(&t)})
+            }
+            TranscriptionEvent::Failed(message) => {
+                json!({"type": "error", "error": {"message": message, "type": "invalid_request_error"}})
+            }
+        };
+        Ok(Event::default().data(data.to_string()))
+    });
+    Sse::new(events)
+}
