@@ -583,6 +583,9 @@ fn convert_fails_with_one_line_that_names_the_file() {
     let err = one_line_error(&mut convert());
     assert!(err.contains("model.pth: (zip)"), "{err}");
     assert!(!model.join("model.safetensors").exists());
+    let elsewhere = tmp.path().join("not-created");
+    one_line_error(convert().arg("--out").arg(&elsewhere));
+    assert!(!elsewhere.exists());
 
     std::fs::write(model.join("model.pth"), &full).unwrap();
     std::fs::write(model.join("speakers_xtts.pth"), b"garbage").unwrap();

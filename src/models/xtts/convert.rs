@@ -62,7 +62,6 @@ fn convert_into(
     files: &mut Vec<PathBuf>,
 ) -> Result<(usize, u64, usize, Option<usize>)> {
     check_folder(model)?;
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
 
     // Both pickles are parsed before anything is written, so a bad speakers file leaves no
     // half-converted folder.
@@ -72,6 +71,7 @@ fn convert_into(
         true => Some(SpeakersPth::open(&speakers_pth)?),
         false => None,
     };
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
 
     let entries: Vec<_> = pth.tensors().map(|(_, e)| e).collect();
     let model_specs = specs(pth.tensors().map(|(name, e)| (name.to_string(), e)));
