@@ -15,7 +15,7 @@ SECS=${FUZZ_SECS:-600}
 SANITIZER=${FUZZ_SANITIZER:-address}
 # Inputs longer than this are not generated (seeds are at most a few KB).
 MAX_LEN=${FUZZ_MAX_LEN:-8192}
-TARGETS=(tokenizer text speech_request voice_pt params_json)
+TARGETS=(tokenizer text speech_request voice_pt params_json pth)
 (($#)) && TARGETS=("$@")
 
 eval "$(scripts/setup.sh --env)" || exit 1

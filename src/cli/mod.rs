@@ -2,6 +2,7 @@
 
 #[cfg(feature = "testmodel")]
 mod bench;
+mod convert;
 mod download;
 mod load;
 mod serve;
@@ -47,6 +48,9 @@ enum Command {
     Load(load::LoadArgs),
     /// Download the published model folder from the Hugging Face Hub (needs internet).
     Download(download::DownloadArgs),
+    /// Write an XTTS-v2 folder's pickles (model.pth, speakers_xtts.pth) as safetensors, read
+    /// without executing them, so the folder serves without pickles.
+    Convert(convert::ConvertArgs),
     /// Write a random checkpoint in the published layout (for tests and benchmarks).
     #[cfg(feature = "testmodel")]
     MakeTestModel {
@@ -80,6 +84,7 @@ pub fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Load(args) => load::run(args),
         Command::Download(args) => download::run(args),
+        Command::Convert(args) => convert::run(args),
         #[cfg(feature = "testmodel")]
         Command::MakeTestModel { out, preset, seed } => make_any_test_model(&out, preset, seed),
     };

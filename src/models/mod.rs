@@ -9,6 +9,7 @@
 pub mod qwen3_tts;
 pub mod voxtral_realtime;
 pub mod voxtral_tts;
+pub mod xtts;
 
 use crate::engine::{EngineOptions, WithEngine};
 use crate::nn::LoadError;

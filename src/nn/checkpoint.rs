@@ -130,6 +130,25 @@ impl Checkpoint {
         files.join(", ")
     }
 
+    /// Every key, sorted (for files whose keys are data, such as a table of voices).
+    pub fn keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.index.keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    /// The shape stored at `key`.
+    pub fn shape(&self, key: &str) -> Result<Vec<usize>, LoadError> {
+        let Some(shard) = self.index.get(key).map(|&i| &self.shards[i]) else {
+            return Err(LoadError::invalid(self.files(), key, "missing tensor"));
+        };
+        let view = shard
+            .tensors
+            .tensor(key)
+            .map_err(|e| LoadError::invalid(&shard.file, key, e.to_string()))?;
+        Ok(view.shape().to_vec())
+    }
+
     /// The raw tensor at `key`, checked against `shape`.
     pub fn raw(&self, key: &str, shape: &[usize]) -> Result<RawTensor<'static>, LoadError> {
         let Some(shard) = self.index.get(key).map(|&i| &self.shards[i]) else {

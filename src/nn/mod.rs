@@ -7,5 +7,7 @@ pub mod decoder;
 mod error;
 pub mod kv_pool;
 pub mod layers;
+pub mod pth;
+pub mod safetensors_writer;
 
 pub use error::LoadError;

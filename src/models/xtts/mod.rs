@@ -1,0 +1,8 @@
+//! XTTS-v2 (coqui-tts; reference code MPL-2.0, weights under the non-commercial Coqui Public
+//! Model License): so far, reading its published checkpoints without executing their pickles,
+//! converting them to safetensors, and opening the converted folder without any pickle
+//! (docs/xtts-v2-spec.md §1, §8).
+
+pub mod checkpoint;
+pub mod convert;
+pub mod folder;
