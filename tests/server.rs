@@ -269,7 +269,7 @@ fn invalid_requests_get_openai_errors_naming_the_field() {
 #[test]
 fn unknown_paths_and_methods_get_404_and_405() {
     let server = Server::start(&[]);
-    let (kind, _, code) = server.get("/v1/audio/transcriptions").error(404);
+    let (kind, _, code) = server.get("/v1/audio/translations").error(404);
     assert_eq!(
         (kind.as_str(), code.as_deref()),
         ("invalid_request_error", Some("not_found"))
@@ -382,13 +382,14 @@ fn a_panic_in_the_worker_fails_only_that_request() {
 
 #[test]
 fn requests_get_503_until_the_model_is_loaded() {
-    // params.json is a FIFO: loading blocks reading it until the test writes the real file.
+    // tekken.json is a FIFO: the worker's loading blocks reading it until the test writes the
+    // real file. (params.json is read before listening: it tells the model's family.)
     let tiny = model();
     let dir = tempfile::tempdir().unwrap();
-    for entry in ["consolidated.safetensors", "tekken.json", "voice_embedding"] {
+    for entry in ["consolidated.safetensors", "params.json", "voice_embedding"] {
         std::os::unix::fs::symlink(tiny.join(entry), dir.path().join(entry)).unwrap();
     }
-    let fifo = dir.path().join("params.json");
+    let fifo = dir.path().join("tekken.json");
     assert!(Command::new("mkfifo")
         .arg(&fifo)
         .status()
@@ -409,7 +410,7 @@ fn requests_get_503_until_the_model_is_loaded() {
         200,
         "the model list needs no model"
     );
-    std::fs::write(&fifo, std::fs::read(tiny.join("params.json")).unwrap()).unwrap();
+    std::fs::write(&fifo, std::fs::read(tiny.join("tekken.json")).unwrap()).unwrap();
     server.wait_ready();
     assert_eq!(server.speech(speech_body("alloy", "wav", 1, 2)).status, 200);
 }
