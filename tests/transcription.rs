@@ -316,3 +316,21 @@ fn speech_body_for(model: &str) -> Value {
     body["model"] = model.into();
     body
 }
+
+/// A speech-to-text model that fails to load stops the server, as a speech model does.
+#[test]
+fn a_transcription_model_that_fails_to_load_stops_the_server() {
+    let broken = tempfile::tempdir().unwrap();
+    for file in ["params.json", "tekken.json"] {
+        std::fs::copy(stt_model().join(file), broken.path().join(file)).unwrap();
+    }
+    let mut server = Server::spawn(&model(), &["--model", broken.path().to_str().unwrap()], &[]);
+    assert!(!server.wait_exit().success());
+    let logs = server.logs();
+    let last = logs.trim().lines().last().unwrap();
+    assert!(
+        last.starts_with("error: loading the model failed")
+            && last.contains("consolidated.safetensors"),
+        "{logs}"
+    );
+}

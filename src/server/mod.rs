@@ -19,7 +19,9 @@ mod wyoming;
 use crate::config::ServerConfig;
 use crate::engine::EngineOptions;
 use crate::models::{detect_family, Family};
-use crate::scheduler::transcription::{start_transcription_worker, TranscriptionSettings};
+use crate::scheduler::transcription::{
+    start_transcription_worker, TranscriberState, TranscriptionSettings,
+};
 use crate::scheduler::{start_worker, EngineState, StreamSettings, WorkerSettings};
 use anyhow::{anyhow, Context};
 use axum::extract::DefaultBodyLimit;
@@ -250,10 +252,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     }
     tracing::info!("listening on http://{}", listener.local_addr()?);
     let grace = config.shutdown_grace();
-    let engines: Vec<_> = models
-        .iter()
-        .map(|m| (m.id.clone(), m.engine.clone()))
-        .collect();
+    let load_failure = watch_load_failures(&models, &transcribers);
     let state = AppState {
         config: Arc::new(config),
         models: models.into(),
@@ -272,10 +271,10 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
         None => None,
     };
     let drain = state.drain.clone();
-    let signal_engines = engines.iter().map(|(_, e)| e.clone()).collect();
+    let signal_failure = load_failure.clone();
     let (drained, drained_rx) = tokio::sync::oneshot::channel::<()>();
     let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
-        shutdown_trigger(signal_engines, &drain, grace).await;
+        shutdown_trigger(signal_failure, &drain, grace).await;
         let _ = drained.send(());
     });
     tokio::select! {
@@ -297,36 +296,65 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
             .await?
             .map_err(|_| anyhow!("an inference worker thread panicked"))?;
     }
-    for (id, engine) in &engines {
-        if let EngineState::Failed(message) = &*engine.borrow() {
-            return Err(anyhow!("loading the model failed: {id}: {message}"));
-        }
+    if let Some(failure) = &*load_failure.borrow() {
+        return Err(anyhow!("loading the model failed: {failure}"));
     }
     tracing::info!("stopped");
     Ok(())
 }
 
-/// Resolves when the server should stop: after a termination signal and the drain, or at
-/// once when a model fails to load.
-async fn shutdown_trigger(
-    engines: Vec<watch::Receiver<EngineState>>,
-    drain: &Drain,
-    grace: Duration,
-) {
-    let (failed_tx, mut failed) = tokio::sync::mpsc::channel::<()>(1);
-    for mut engine in engines {
-        let failed_tx = failed_tx.clone();
+/// Holds "id: message" of the first model, text-to-speech or speech-to-text, whose loading
+/// fails; `None` while none has.
+fn watch_load_failures(
+    models: &[ServedModel],
+    transcribers: &[ServedTranscriber],
+) -> watch::Receiver<Option<String>> {
+    let (failure_tx, failure) = watch::channel(None);
+    let failure_tx = Arc::new(failure_tx);
+    let report = move |id: String, message: String| {
+        failure_tx.send_if_modified(|first| {
+            first.is_none() && first.replace(format!("{id}: {message}")).is_none()
+        });
+    };
+    for model in models {
+        let (id, mut state, report) = (model.id.clone(), model.engine.clone(), report.clone());
         tokio::spawn(async move {
-            let failed = engine.wait_for(|s| matches!(s, EngineState::Failed(_)));
-            if failed.await.is_ok() {
-                let _ = failed_tx.send(()).await;
+            let failed = state
+                .wait_for(|s| matches!(s, EngineState::Failed(_)))
+                .await;
+            if let Ok(failed) = failed {
+                if let EngineState::Failed(message) = &*failed {
+                    report(id, message.clone());
+                }
             }
         });
     }
-    drop(failed_tx);
+    for model in transcribers {
+        let (id, mut state, report) = (model.id.clone(), model.state.clone(), report.clone());
+        tokio::spawn(async move {
+            let failed = state
+                .wait_for(|s| matches!(s, TranscriberState::Failed(_)))
+                .await;
+            if let Ok(failed) = failed {
+                if let TranscriberState::Failed(message) = &*failed {
+                    report(id, message.clone());
+                }
+            }
+        });
+    }
+    failure
+}
+
+/// Resolves when the server should stop: after a termination signal and the drain, or at
+/// once when a model fails to load.
+async fn shutdown_trigger(
+    mut load_failure: watch::Receiver<Option<String>>,
+    drain: &Drain,
+    grace: Duration,
+) {
     tokio::select! {
         () = termination_signal() => {}
-        Some(()) = failed.recv() => return,
+        _ = load_failure.wait_for(Option::is_some) => return,
     }
     drain.start();
     tracing::info!(
