@@ -2,7 +2,8 @@
 //! libtorch (CPU), on the `qwen3-tiny-*` speech tokenizer (the same file in every preset of
 //! seed 0). Goldens from tools/goldens/qwen3_tts/make_goldens.py: the decoder alone on random
 //! codes (`decode_100`, and `decode_330` across the official 300/25 chunk seam), and each
-//! preset's decoded case waveform.
+//! preset's decoded case waveform. The encoder's error paths (its codes are checked in
+//! parity_qwen3_tts.rs).
 
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
@@ -11,6 +12,7 @@ use std::path::{Path, PathBuf};
 use voxtral_tts::models::qwen3_tts::speech_decoder::{
     official_reference_cut, CodesError, SpeechDecoder,
 };
+use voxtral_tts::models::qwen3_tts::speech_encoder::{EncodeError, SpeechEncoder};
 use voxtral_tts::nn::LoadError;
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::DType;
@@ -224,22 +226,9 @@ fn bad_codes_and_checkpoints_are_clear_errors() {
     assert!(decoder.decode(&[]).unwrap().is_empty());
 
     // A checkpoint without one decoder tensor, and one with a tensor no decoder has.
-    let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
-    let st = SafeTensors::deserialize(&bytes).unwrap();
     let rewrite = |skip: &str, extra: bool| -> LoadError {
-        let mut tensors: Vec<(String, safetensors::tensor::TensorView<'_>)> = st
-            .tensors()
-            .into_iter()
-            .filter(|(name, _)| name != skip)
-            .collect();
-        if extra {
-            let view = st.tensor("decoder.decoder.6.conv.bias").unwrap();
-            tensors.push(("decoder.decoder.7.conv.bias".into(), view));
-        }
-        let broken = tmp.path().join("broken");
-        std::fs::create_dir_all(&broken).unwrap();
-        std::fs::copy(folder.join("config.json"), broken.join("config.json")).unwrap();
-        safetensors::serialize_to_file(tensors, None, &broken.join("model.safetensors")).unwrap();
+        let extra = extra.then_some(("decoder.decoder.6.conv.bias", "decoder.decoder.7.conv.bias"));
+        let broken = broken_copy(&folder, &tmp.path().join("broken"), skip, extra);
         match SpeechDecoder::<TchTensor>::load(&broken, &CPU, DType::F32) {
             Err(e) => e,
             Ok(_) => panic!("loaded a broken checkpoint"),
@@ -254,6 +243,75 @@ fn bad_codes_and_checkpoints_are_clear_errors() {
     let err = rewrite("", true).to_string();
     assert!(
         err.contains("decoder.decoder.7.conv.bias") && err.contains("unexpected tensor"),
+        "{err}"
+    );
+}
+
+/// A copy of the speech tokenizer `folder` in `dest` without the tensor `skip`, and with the
+/// tensor `extra.0` also stored as `extra.1`.
+fn broken_copy(folder: &Path, dest: &Path, skip: &str, extra: Option<(&str, &str)>) -> PathBuf {
+    let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors: Vec<(String, safetensors::tensor::TensorView<'_>)> = st
+        .tensors()
+        .into_iter()
+        .filter(|(name, _)| name != skip)
+        .collect();
+    if let Some((from, to)) = extra {
+        tensors.push((to.into(), st.tensor(from).unwrap()));
+    }
+    std::fs::create_dir_all(dest).unwrap();
+    std::fs::copy(folder.join("config.json"), dest.join("config.json")).unwrap();
+    safetensors::serialize_to_file(tensors, None, &dest.join("model.safetensors")).unwrap();
+    dest.to_path_buf()
+}
+
+/// The encoder's bad inputs and checkpoints: an empty clip, a missing or unexpected
+/// `encoder.*` tensor, a config asking for more codebooks than the quantizer has. (Its codes
+/// are checked against the goldens by parity_qwen3_tts.rs, fed to the in-context cases.)
+#[test]
+fn encoder_bad_clips_and_checkpoints_are_clear_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = speech_tokenizer(tmp.path());
+    let encoder = SpeechEncoder::<TchTensor>::load(&folder, &CPU, DType::F32).unwrap();
+    assert_eq!((encoder.sample_rate(), encoder.codebooks()), (24000, 16));
+    assert!(matches!(encoder.encode(&[]), Err(EncodeError::Empty)));
+    // ceil(len / 1920) frames.
+    assert_eq!(encoder.encode(&[0.5]).unwrap().len(), 1);
+    assert_eq!(encoder.encode(&vec![0.1; 1921]).unwrap().len(), 2);
+
+    let load_err = |dir: &Path| match SpeechEncoder::<TchTensor>::load(dir, &CPU, DType::F32) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("loaded a broken encoder"),
+    };
+    let missing = "encoder.encoder_transformer.layers.1.mlp_layer_scale.scale";
+    let err = load_err(&broken_copy(&folder, &tmp.path().join("a"), missing, None));
+    assert!(
+        err.contains("model.safetensors") && err.contains(missing) && err.contains("missing"),
+        "{err}"
+    );
+    let extra = (
+        "encoder.encoder.layers.0.conv.bias",
+        "encoder.downsample.conv.bias",
+    );
+    let err = load_err(&broken_copy(
+        &folder,
+        &tmp.path().join("b"),
+        "",
+        Some(extra),
+    ));
+    assert!(
+        err.contains(extra.1) && err.contains("unexpected tensor"),
+        "{err}"
+    );
+    let dir = broken_copy(&folder, &tmp.path().join("c"), "", None);
+    let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    let mut json: Value = serde_json::from_str(&config).unwrap();
+    json["encoder_valid_num_quantizers"] = 33.into();
+    std::fs::write(dir.join("config.json"), json.to_string()).unwrap();
+    let err = load_err(&dir);
+    assert!(
+        err.contains("config.json") && err.contains("encoder_valid_num_quantizers: 33"),
         "{err}"
     );
 }

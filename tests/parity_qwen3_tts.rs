@@ -3,7 +3,9 @@
 //! libtorch (CPU), for every `qwen3-tiny-*` preset and every case of its goldens: the
 //! tokenized prompt texts, the prefill layout and embeddings, the talker's logits and hidden
 //! state at every step, the codes (greedy in both text layouts, early EOS, and the sampled case
-//! replayed on the recorded uniforms), and how generation stopped.
+//! replayed on the recorded uniforms), and how generation stopped. The Base presets' x-vector
+//! and reference codes are computed from the goldens' clip (speaker encoder, speech-tokenizer
+//! encoder) and fed to the cases.
 
 use safetensors::SafeTensors;
 use serde_json::Value;

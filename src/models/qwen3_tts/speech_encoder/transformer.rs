@@ -23,6 +23,22 @@ struct Layer<T> {
     mlp_scale: T,
 }
 
+/// The sliding window over `len` positions as a `[len, len]` additive bias; `None` when
+/// every query sees all earlier keys (plain causal attention).
+fn window_bias(len: usize, window: usize) -> Option<Vec<f32>> {
+    if len <= window {
+        return None;
+    }
+    let mut bias = Vec::with_capacity(len * len);
+    for i in 0..len {
+        for j in 0..len {
+            let visible = j <= i && j + window > i;
+            bias.push(if visible { 0.0 } else { f32::NEG_INFINITY });
+        }
+    }
+    Some(bias)
+}
+
 pub(super) struct EncoderTransformer<T: Tensor> {
     layers: Vec<Layer<T>>,
     heads: usize,
@@ -90,25 +106,9 @@ impl<T: Tensor> EncoderTransformer<T> {
         })
     }
 
-    /// The sliding window as an additive bias; `None` when every query sees all earlier keys
-    /// (plain causal attention).
     fn window_mask(&self, len: usize) -> Option<T> {
-        if len <= self.window {
-            return None;
-        }
-        let mut bias = Vec::with_capacity(len * len);
-        for i in 0..len {
-            for j in 0..len {
-                let visible = j <= i && j + self.window > i;
-                bias.push(if visible { 0.0 } else { f32::NEG_INFINITY });
-            }
-        }
-        Some(T::from_f32(
-            &self.device,
-            &bias,
-            &[1, 1, len, len],
-            self.dtype,
-        ))
+        window_bias(len, self.window)
+            .map(|bias| T::from_f32(&self.device, &bias, &[1, 1, len, len], self.dtype))
     }
 
     fn split_heads(&self, x: &T, heads: usize) -> T {
@@ -139,5 +139,22 @@ impl<T: Tensor> EncoderTransformer<T> {
             .gelu()
             .linear(&layer.fc2);
         h.add(&mlp.mul(&layer.mlp_scale))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::window_bias;
+
+    #[test]
+    fn a_query_sees_itself_and_the_window_before_it() {
+        assert_eq!(window_bias(3, 3), None);
+        let bias = window_bias(4, 2).unwrap();
+        let visible: Vec<Vec<usize>> = bias
+            .chunks(4)
+            .map(|row| (0..4).filter(|&j| row[j] == 0.0).collect())
+            .collect();
+        assert_eq!(visible, [vec![0], vec![0, 1], vec![1, 2], vec![2, 3]]);
+        assert!(bias.iter().all(|&b| b == 0.0 || b == f32::NEG_INFINITY));
     }
 }
