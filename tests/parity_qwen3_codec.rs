@@ -315,3 +315,57 @@ fn encoder_bad_clips_and_checkpoints_are_clear_errors() {
         "{err}"
     );
 }
+
+/// tools/goldens/qwen3_tts/mimi_long_clip.py's `synthetic_clip`: two sines plus a 64-bit
+/// LCG's noise, in f64, rounded to int16.
+fn synthetic_clip(samples: usize) -> Vec<f32> {
+    use std::f64::consts::PI;
+    let mut state: u64 = 0x2545_F491_4F6C_DD1D;
+    (0..samples)
+        .map(|n| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let noise = ((state >> 40) as f64 / (1u64 << 24) as f64 - 0.5) * 0.2;
+            let t = n as f64 / 24000.0;
+            let x = 0.3 * (2.0 * PI * 220.0 * t).sin()
+                + 0.2 * (2.0 * PI * 1370.0 * t + 0.5).sin() * (2.0 * PI * 3.0 * t).sin()
+                + noise;
+            let q = (x * 32768.0 + 0.5).floor().clamp(-32768.0, 32767.0);
+            (q / 32768.0) as f32
+        })
+        .collect()
+}
+
+/// Clips longer than the encoder transformer's 250-position window (14 s: 350 positions),
+/// and of an odd SEANet length (the replicate-padded downsample pads on the right): codes
+/// identical to transformers' Mimi modules (tests/goldens/qwen3_tts/mimi_long_clip/, made by
+/// tools/goldens/qwen3_tts/mimi_long_clip.py, which first checks those modules against the
+/// official goldens' reference codes).
+#[test]
+fn encoder_codes_of_long_clips_equal_the_reference() {
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = speech_tokenizer(tmp.path());
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goldens/qwen3_tts/mimi_long_clip");
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("goldens.json")).unwrap()).unwrap();
+    let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
+    assert_eq!(
+        format!("{:x}", Sha256::digest(&bytes)),
+        json["speech_tokenizer_sha256"]
+    );
+    let encoder = SpeechEncoder::<TchTensor>::load(&folder, &CPU, DType::F32).unwrap();
+    for case in json["cases"].as_array().unwrap() {
+        let samples = case["samples"].as_u64().unwrap() as usize;
+        let codes = encoder.encode(&synthetic_clip(samples)).unwrap();
+        assert_eq!(codes.len(), samples.div_ceil(1920));
+        assert!(
+            codes == codes_of(&case["codes"]),
+            "{samples} samples: codes differ"
+        );
+        eprintln!(
+            "{samples} samples: {} frames equal the reference",
+            codes.len()
+        );
+    }
+}
