@@ -2,7 +2,8 @@
 //! libtorch (CPU), on the `qwen3-tiny-*` speech tokenizer (the same file in every preset of
 //! seed 0). Goldens from tools/goldens/qwen3_tts/make_goldens.py: the decoder alone on random
 //! codes (`decode_100`, and `decode_330` across the official 300/25 chunk seam), and each
-//! preset's decoded case waveform.
+//! preset's decoded case waveform. The encoder's error paths (its codes are checked in
+//! parity_qwen3_tts.rs).
 
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
@@ -11,6 +12,7 @@ use std::path::{Path, PathBuf};
 use voxtral_tts::models::qwen3_tts::speech_decoder::{
     official_reference_cut, CodesError, SpeechDecoder,
 };
+use voxtral_tts::models::qwen3_tts::speech_encoder::{EncodeError, SpeechEncoder};
 use voxtral_tts::nn::LoadError;
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::DType;
@@ -224,22 +226,9 @@ fn bad_codes_and_checkpoints_are_clear_errors() {
     assert!(decoder.decode(&[]).unwrap().is_empty());
 
     // A checkpoint without one decoder tensor, and one with a tensor no decoder has.
-    let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
-    let st = SafeTensors::deserialize(&bytes).unwrap();
     let rewrite = |skip: &str, extra: bool| -> LoadError {
-        let mut tensors: Vec<(String, safetensors::tensor::TensorView<'_>)> = st
-            .tensors()
-            .into_iter()
-            .filter(|(name, _)| name != skip)
-            .collect();
-        if extra {
-            let view = st.tensor("decoder.decoder.6.conv.bias").unwrap();
-            tensors.push(("decoder.decoder.7.conv.bias".into(), view));
-        }
-        let broken = tmp.path().join("broken");
-        std::fs::create_dir_all(&broken).unwrap();
-        std::fs::copy(folder.join("config.json"), broken.join("config.json")).unwrap();
-        safetensors::serialize_to_file(tensors, None, &broken.join("model.safetensors")).unwrap();
+        let extra = extra.then_some(("decoder.decoder.6.conv.bias", "decoder.decoder.7.conv.bias"));
+        let broken = broken_copy(&folder, &tmp.path().join("broken"), skip, extra);
         match SpeechDecoder::<TchTensor>::load(&broken, &CPU, DType::F32) {
             Err(e) => e,
             Ok(_) => panic!("loaded a broken checkpoint"),
@@ -256,4 +245,127 @@ fn bad_codes_and_checkpoints_are_clear_errors() {
         err.contains("decoder.decoder.7.conv.bias") && err.contains("unexpected tensor"),
         "{err}"
     );
+}
+
+/// A copy of the speech tokenizer `folder` in `dest` without the tensor `skip`, and with the
+/// tensor `extra.0` also stored as `extra.1`.
+fn broken_copy(folder: &Path, dest: &Path, skip: &str, extra: Option<(&str, &str)>) -> PathBuf {
+    let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors: Vec<(String, safetensors::tensor::TensorView<'_>)> = st
+        .tensors()
+        .into_iter()
+        .filter(|(name, _)| name != skip)
+        .collect();
+    if let Some((from, to)) = extra {
+        tensors.push((to.into(), st.tensor(from).unwrap()));
+    }
+    std::fs::create_dir_all(dest).unwrap();
+    std::fs::copy(folder.join("config.json"), dest.join("config.json")).unwrap();
+    safetensors::serialize_to_file(tensors, None, &dest.join("model.safetensors")).unwrap();
+    dest.to_path_buf()
+}
+
+/// The encoder's bad inputs and checkpoints: an empty clip, a missing or unexpected
+/// `encoder.*` tensor, a config asking for more codebooks than the quantizer has. (Its codes
+/// are checked against the goldens by parity_qwen3_tts.rs, fed to the in-context cases.)
+#[test]
+fn encoder_bad_clips_and_checkpoints_are_clear_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = speech_tokenizer(tmp.path());
+    let encoder = SpeechEncoder::<TchTensor>::load(&folder, &CPU, DType::F32).unwrap();
+    assert_eq!((encoder.sample_rate(), encoder.codebooks()), (24000, 16));
+    assert!(matches!(encoder.encode(&[]), Err(EncodeError::Empty)));
+    // ceil(len / 1920) frames.
+    assert_eq!(encoder.encode(&[0.5]).unwrap().len(), 1);
+    assert_eq!(encoder.encode(&vec![0.1; 1921]).unwrap().len(), 2);
+
+    let load_err = |dir: &Path| match SpeechEncoder::<TchTensor>::load(dir, &CPU, DType::F32) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("loaded a broken encoder"),
+    };
+    let missing = "encoder.encoder_transformer.layers.1.mlp_layer_scale.scale";
+    let err = load_err(&broken_copy(&folder, &tmp.path().join("a"), missing, None));
+    assert!(
+        err.contains("model.safetensors") && err.contains(missing) && err.contains("missing"),
+        "{err}"
+    );
+    let extra = (
+        "encoder.encoder.layers.0.conv.bias",
+        "encoder.downsample.conv.bias",
+    );
+    let err = load_err(&broken_copy(
+        &folder,
+        &tmp.path().join("b"),
+        "",
+        Some(extra),
+    ));
+    assert!(
+        err.contains(extra.1) && err.contains("unexpected tensor"),
+        "{err}"
+    );
+    let dir = broken_copy(&folder, &tmp.path().join("c"), "", None);
+    let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    let mut json: Value = serde_json::from_str(&config).unwrap();
+    json["encoder_valid_num_quantizers"] = 33.into();
+    std::fs::write(dir.join("config.json"), json.to_string()).unwrap();
+    let err = load_err(&dir);
+    assert!(
+        err.contains("config.json") && err.contains("encoder_valid_num_quantizers: 33"),
+        "{err}"
+    );
+}
+
+/// tools/goldens/qwen3_tts/mimi_long_clip.py's `synthetic_clip`: two sines plus a 64-bit
+/// LCG's noise, in f64, rounded to int16.
+fn synthetic_clip(samples: usize) -> Vec<f32> {
+    use std::f64::consts::PI;
+    let mut state: u64 = 0x2545_F491_4F6C_DD1D;
+    (0..samples)
+        .map(|n| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let noise = ((state >> 40) as f64 / (1u64 << 24) as f64 - 0.5) * 0.2;
+            let t = n as f64 / 24000.0;
+            let x = 0.3 * (2.0 * PI * 220.0 * t).sin()
+                + 0.2 * (2.0 * PI * 1370.0 * t + 0.5).sin() * (2.0 * PI * 3.0 * t).sin()
+                + noise;
+            let q = (x * 32768.0 + 0.5).floor().clamp(-32768.0, 32767.0);
+            (q / 32768.0) as f32
+        })
+        .collect()
+}
+
+/// Clips longer than the encoder transformer's 250-position window (14 s: 350 positions),
+/// and of an odd SEANet length (the replicate-padded downsample pads on the right): codes
+/// identical to transformers' Mimi modules (tests/goldens/qwen3_tts/mimi_long_clip/, made by
+/// tools/goldens/qwen3_tts/mimi_long_clip.py, which first checks those modules against the
+/// official goldens' reference codes).
+#[test]
+fn encoder_codes_of_long_clips_equal_the_reference() {
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = speech_tokenizer(tmp.path());
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goldens/qwen3_tts/mimi_long_clip");
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("goldens.json")).unwrap()).unwrap();
+    let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
+    assert_eq!(
+        format!("{:x}", Sha256::digest(&bytes)),
+        json["speech_tokenizer_sha256"]
+    );
+    let encoder = SpeechEncoder::<TchTensor>::load(&folder, &CPU, DType::F32).unwrap();
+    for case in json["cases"].as_array().unwrap() {
+        let samples = case["samples"].as_u64().unwrap() as usize;
+        let codes = encoder.encode(&synthetic_clip(samples)).unwrap();
+        assert_eq!(codes.len(), samples.div_ceil(1920));
+        assert!(
+            codes == codes_of(&case["codes"]),
+            "{samples} samples: codes differ"
+        );
+        eprintln!(
+            "{samples} samples: {} frames equal the reference",
+            codes.len()
+        );
+    }
 }

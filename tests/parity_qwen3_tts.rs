@@ -3,7 +3,9 @@
 //! libtorch (CPU), for every `qwen3-tiny-*` preset and every case of its goldens: the
 //! tokenized prompt texts, the prefill layout and embeddings, the talker's logits and hidden
 //! state at every step, the codes (greedy in both text layouts, early EOS, and the sampled case
-//! replayed on the recorded uniforms), and how generation stopped.
+//! replayed on the recorded uniforms), and how generation stopped. The Base presets' x-vector
+//! and reference codes are computed from the goldens' clip (speaker encoder, speech-tokenizer
+//! encoder) and fed to the cases.
 
 use safetensors::SafeTensors;
 use serde_json::Value;
@@ -14,6 +16,7 @@ use voxtral_tts::models::qwen3_tts::prompt::{
     instruct_text, reference_text, target_text, CodecInput, Position,
 };
 use voxtral_tts::models::qwen3_tts::speaker_mel::{SpeakerMelFrontEnd, SPEAKER_SAMPLE_RATE};
+use voxtral_tts::models::qwen3_tts::speech_encoder::SpeechEncoder;
 use voxtral_tts::models::qwen3_tts::{
     ClonedVoice, GenerationParams, PromptInput, Qwen3Tts, Reference, TalkerOptions, TextLayout,
     Uniforms, Voice,
@@ -107,6 +110,40 @@ impl Goldens {
         assert!(diff <= X_VECTOR_TOLERANCE, "x-vector: {diff}");
         Some(computed)
     }
+
+    /// The reference codes of a Base preset's clip, as the speech-tokenizer encoder in
+    /// `dir` computes them, checked against every in-context case's own.
+    fn reference_codes(&self, dir: &Path) -> Option<Vec<Vec<u32>>> {
+        if self.json["tts_model_type"] != "base" {
+            return None;
+        }
+        let encoder = SpeechEncoder::<TchTensor>::load(
+            &dir.join("speech_tokenizer"),
+            &tch::Device::Cpu,
+            DType::F32,
+        )
+        .unwrap();
+        let computed = encoder.encode(&self.reference_audio()).unwrap();
+        let mut checked = 0;
+        for case in self.json["cases"].as_array().unwrap() {
+            if case["ref_codes"].is_null() {
+                continue;
+            }
+            assert_eq!(
+                computed,
+                codes(&case["ref_codes"]),
+                "{}: reference codes",
+                case["name"]
+            );
+            checked += 1;
+        }
+        assert!(checked > 0, "no in-context case");
+        eprintln!(
+            "reference codes: {} frames equal the goldens' ({checked} cases)",
+            computed.len()
+        );
+        Some(computed)
+    }
 }
 
 fn ids(value: &Value) -> Option<Vec<u32>> {
@@ -167,8 +204,14 @@ struct CaseInputs<'g> {
 }
 
 impl<'g> CaseInputs<'g> {
-    /// `x_vector`: the Base goldens' one clip's x-vector.
-    fn new(case: &'g Value, tok: &Qwen2Tokenizer, x_vector: Option<&[f32]>, what: &str) -> Self {
+    /// `x_vector` and `ref_codes`: the Base goldens' one clip's x-vector and reference codes.
+    fn new(
+        case: &'g Value,
+        tok: &Qwen2Tokenizer,
+        x_vector: Option<&[f32]>,
+        ref_codes: Option<&[Vec<u32>]>,
+        what: &str,
+    ) -> Self {
         let request = &case["request"];
         let text_ids = ids(&case["input_ids"]).unwrap();
         assert_eq!(
@@ -194,7 +237,7 @@ impl<'g> CaseInputs<'g> {
             );
             Reference {
                 text_ids: ref_ids,
-                codes: codes(&case["ref_codes"]),
+                codes: ref_codes.expect("in-context cases are Base cases").to_vec(),
             }
         });
         let cloned = x_vector.map(|x| ClonedVoice {
@@ -263,13 +306,14 @@ fn check_preset(preset: Qwen3Preset) {
     let (model, tok) = goldens.load_model(preset, tmp.path(), 1);
     let max_new_tokens = goldens.json["max_new_tokens"].as_u64().unwrap() as usize;
     let x_vector = goldens.x_vector(&model);
+    let ref_codes = goldens.reference_codes(&tmp.path().join(preset.name()));
 
     let cases = goldens.json["cases"].as_array().unwrap();
     assert!(!cases.is_empty());
     for case in cases {
         let case_name = case["name"].as_str().unwrap();
         let what = format!("{name} {case_name}");
-        let inputs = CaseInputs::new(case, &tok, x_vector.as_deref(), &what);
+        let inputs = CaseInputs::new(case, &tok, x_vector.as_deref(), ref_codes.as_deref(), &what);
         let input = inputs.input();
 
         // The prefill.
@@ -428,9 +472,18 @@ fn check_batched(preset: Qwen3Preset) {
     let (model, tok) = goldens.load_model(preset, tmp.path(), greedy.len());
     let max_new_tokens = goldens.json["max_new_tokens"].as_u64().unwrap() as usize;
     let x_vector = goldens.x_vector(&model);
+    let ref_codes = goldens.reference_codes(&tmp.path().join(preset.name()));
     let inputs: Vec<CaseInputs<'_>> = greedy
         .iter()
-        .map(|c| CaseInputs::new(c, &tok, x_vector.as_deref(), "batched"))
+        .map(|c| {
+            CaseInputs::new(
+                c,
+                &tok,
+                x_vector.as_deref(),
+                ref_codes.as_deref(),
+                "batched",
+            )
+        })
         .collect();
     let mut sessions: Vec<_> = inputs
         .iter()

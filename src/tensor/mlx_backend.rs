@@ -347,6 +347,13 @@ impl Tensor for MlxTensor {
         Self::op(ops::sin(&self.array))
     }
 
+    fn elu(&self) -> Self {
+        let negative = check(ops::minimum(&self.array, self.scalar(0.0)));
+        let decay = check(ops::subtract(&check(ops::exp(&negative)), self.scalar(1.0)));
+        let positive = check(ops::maximum(&self.array, self.scalar(0.0)));
+        Self::op(ops::add(&positive, &decay))
+    }
+
     fn round(&self) -> Self {
         // MLX rounds half to even, as torch.round does.
         Self::op(ops::round(&self.array, None))
@@ -631,6 +638,11 @@ mod tests {
     #[test]
     fn sin_matches_f64() {
         super::super::conformance::sin_matches_f64::<MlxTensor>(&DEV);
+    }
+
+    #[test]
+    fn elu_matches_f64() {
+        super::super::conformance::elu_matches_f64::<MlxTensor>(&DEV);
     }
 
     #[test]

@@ -133,6 +133,8 @@ pub trait Tensor: Clone + Sized {
     fn clamp(&self, lo: f32, hi: f32) -> Self;
     /// Elementwise sine (SnakeBeta activations).
     fn sin(&self) -> Self;
+    /// ELU with α = 1, `x` for `x > 0` and `e^x - 1` below (the Mimi encoder's activation).
+    fn elu(&self) -> Self;
     /// Round to nearest, ties to even (what `torch.round` does).
     fn round(&self) -> Self;
 
@@ -560,6 +562,22 @@ pub(crate) mod conformance {
             assert!(
                 (f64::from(*g) - want).abs() < 1e-6,
                 "sin({x}) = {g}, want {want}"
+            );
+        }
+    }
+
+    /// `elu` elementwise, against f64.
+    pub fn elu_matches_f64<T: Tensor>(device: &T::Device) {
+        let x = [-6.0f32, -1.0, -0.25, 0.0, 0.3, 4.5];
+        let got = T::from_f32(device, &x, &[3, 2], DType::F32)
+            .elu()
+            .to_vec_f32();
+        for (g, x) in got.iter().zip(x) {
+            let x = f64::from(x);
+            let want = if x > 0.0 { x } else { x.exp_m1() };
+            assert!(
+                (f64::from(*g) - want).abs() < 1e-6,
+                "elu({x}) = {g}, want {want}"
             );
         }
     }

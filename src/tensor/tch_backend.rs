@@ -351,6 +351,10 @@ impl Tensor for TchTensor {
         Self::wrap(self.0.sin())
     }
 
+    fn elu(&self) -> Self {
+        Self::wrap(self.0.elu())
+    }
+
     fn linear(&self, weight: &Self) -> Self {
         let out = weight.0.size().first().copied().unwrap_or(0);
         let multiply_adds = self.0.numel() as u64 * out.max(0) as u64;
@@ -661,5 +665,10 @@ mod tests {
     #[test]
     fn sin_matches_f64() {
         super::super::conformance::sin_matches_f64::<TchTensor>(&Device::Cpu);
+    }
+
+    #[test]
+    fn elu_matches_f64() {
+        super::super::conformance::elu_matches_f64::<TchTensor>(&Device::Cpu);
     }
 }

@@ -1,7 +1,8 @@
 //! Qwen3-TTS-12Hz (0.6B and 1.7B; Base, CustomVoice, VoiceDesign): its configuration files,
 //! the special ids of its text tokenizer, the talker and code predictor that turn a prompt
 //! into frames of 16 codes, the speaker encoder (x-vector of a reference clip) and the
-//! speech-tokenizer decoder (codes to waveform). Not served yet.
+//! speech-tokenizer decoder (codes to waveform) and encoder (a reference clip to codes, for
+//! in-context cloning). Not served yet.
 //! Spec: `shared/docs/qwen3-tts-spec.md`.
 
 mod code_predictor;
@@ -12,6 +13,7 @@ pub mod sampling;
 pub mod speaker_encoder;
 pub mod speaker_mel;
 pub mod speech_decoder;
+pub mod speech_encoder;
 mod talker;
 pub mod tokens;
 

@@ -27,4 +27,8 @@ for preset in qwen3-tiny-base qwen3-tiny-base-1b7 qwen3-tiny-custom-voice \
   $PY tools/goldens/qwen3_tts/make_goldens.py --model "$tmp/$preset" --preset "$preset" \
     --seed "$SEED" --out "$OUT/$preset" "${extra[@]}"
 done
+# Encoder codes of clips past the attention window (transformers' Mimi modules, checked first
+# against the official reference codes just written).
+$PY tools/goldens/qwen3_tts/mimi_long_clip.py --tokenizer "$tmp/qwen3-tiny-base/speech_tokenizer" \
+  --out "$OUT/mimi_long_clip"
 du -sh "$OUT"

@@ -215,15 +215,25 @@ impl<T: Tensor> SnakeBeta<T> {
 }
 
 /// LayerNorm over the last axis: the centred input through RMSNorm (which then divides by
-/// the standard deviation), plus the bias.
-struct LayerNorm<T> {
+/// the standard deviation), plus the bias. Also the Mimi encoder's norm.
+pub(in crate::models::qwen3_tts) struct LayerNorm<T> {
     weight: T,
     bias: T,
     eps: f64,
 }
 
 impl<T: Tensor> LayerNorm<T> {
-    fn forward(&self, x: &T) -> T {
+    /// `{prefix}.weight` and `{prefix}.bias`, both `[dim]`.
+    pub fn load(l: &Loader<T>, prefix: &str, dim: usize, eps: f64) -> Result<Self, LoadError> {
+        Ok(LayerNorm {
+            weight: l.tensor(&format!("{prefix}.weight"), &[dim])?,
+            bias: l.tensor(&format!("{prefix}.bias"), &[dim])?,
+            eps,
+        })
+    }
+
+    /// `[batch, len, dim]` -> the same shape.
+    pub fn forward(&self, x: &T) -> T {
         let shape = x.shape();
         let (rows, width) = (shape[..2].to_vec(), shape[2]);
         let mean = x
@@ -259,11 +269,7 @@ impl<T: Tensor> ConvNeXt<T> {
         };
         Ok(ConvNeXt {
             depthwise: CausalConv::load(l, &format!("{prefix}.dwconv.conv"), depthwise, slots)?,
-            norm: LayerNorm {
-                weight: l.tensor(&format!("{prefix}.norm.weight"), &[dim])?,
-                bias: l.tensor(&format!("{prefix}.norm.bias"), &[dim])?,
-                eps: 1e-6,
-            },
+            norm: LayerNorm::load(l, &format!("{prefix}.norm"), dim, 1e-6)?,
             expand: Affine::load(l, &format!("{prefix}.pwconv1"), 4 * dim, dim)?,
             project: Affine::load(l, &format!("{prefix}.pwconv2"), dim, 4 * dim)?,
             gamma: l.tensor(&format!("{prefix}.gamma"), &[dim])?,

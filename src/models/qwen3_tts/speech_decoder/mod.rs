@@ -6,10 +6,10 @@
 //! blocks (×8, ×5, ×4, ×3) down to one channel, clamped to ±1. Everything is causal, so the
 //! decoder also runs in chunks that continue one another ([`DecoderStream`], `stream.rs`).
 
-mod convs;
-mod quantizer;
+pub(super) mod convs;
+pub(super) mod quantizer;
 mod stream;
-mod transformer;
+pub(super) mod transformer;
 
 pub use stream::DecoderStream;
 

@@ -23,6 +23,24 @@ pub(super) struct SplitQuantizer<T: Tensor> {
     device: T::Device,
 }
 
+/// A codebook's `[size, dim]` entries, the running sums divided by their usage counts
+/// floored at 1e-5 (`EuclideanCodebook.embed`), computed in f32 on the host.
+pub(in crate::models::qwen3_tts) fn codebook_entries<T: Tensor>(
+    l: &Loader<T>,
+    sum_key: &str,
+    usage_key: &str,
+    size: usize,
+    dim: usize,
+) -> Result<Vec<f32>, LoadError> {
+    let sum = l.host_f32(sum_key, &[size, dim])?;
+    let usage = l.host_f32(usage_key, &[size])?;
+    Ok(sum
+        .chunks(dim)
+        .zip(usage)
+        .flat_map(|(row, u)| row.iter().map(move |x| x / u.max(USAGE_FLOOR)))
+        .collect())
+}
+
 impl<T: Tensor> SplitQuantizer<T> {
     /// Keys under `decoder.quantizer.`. The official decoder fixes one semantic codebook.
     pub fn load(l: &Loader<T>, c: &SpeechDecoderConfig) -> Result<Self, LoadError> {
@@ -34,11 +52,13 @@ impl<T: Tensor> SplitQuantizer<T> {
                 k => ("rvq_rest", k - 1),
             };
             let p = format!("{part}.vq.layers.{layer}._codebook");
-            let sum = l.host_f32(&format!("{p}.embedding_sum"), &[size, half])?;
-            let usage = l.host_f32(&format!("{p}.cluster_usage"), &[size])?;
-            for (row, u) in sum.chunks(half).zip(usage) {
-                tables.extend(row.iter().map(|x| x / u.max(USAGE_FLOOR)));
-            }
+            tables.extend(codebook_entries(
+                l,
+                &format!("{p}.embedding_sum"),
+                &format!("{p}.cluster_usage"),
+                size,
+                half,
+            )?);
         }
         let proj = |part: &str| -> Result<T, LoadError> {
             let key = format!("{part}.output_proj.weight");

@@ -31,7 +31,12 @@ struct Layer<T> {
 /// The official RoPE rotates the pairs `(x[i], x[i + d/2])`; the backends rotate `(x[2i],
 /// x[2i+1])`. Reordering the rows of each head of the q and k projections the same way turns
 /// one into the other without changing any score (a dot product does not see the order).
-fn interleave_heads(weight: &[f32], head_dim: usize, width: usize) -> Vec<f32> {
+/// The Mimi encoder's attention rotates halves too.
+pub(in crate::models::qwen3_tts) fn interleave_heads(
+    weight: &[f32],
+    head_dim: usize,
+    width: usize,
+) -> Vec<f32> {
     let half = head_dim / 2;
     let mut out = Vec::with_capacity(weight.len());
     for head in weight.chunks(head_dim * width) {
