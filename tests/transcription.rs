@@ -32,7 +32,7 @@ fn start() -> Server {
 }
 
 /// One second of a 16-bit mono WAV at 16 kHz: a cubic chirp (on `stt-tiny` seed 0 it decodes
-/// to pads, then text).
+/// to one text token, repeated).
 fn wav() -> Vec<u8> {
     wav_of(16_000)
 }

@@ -225,6 +225,14 @@ enum Init {
         row: usize,
         gain: f32,
     },
+    /// Uniform around 0 over rows of `cols` values: `quiet` wide for the first `rows` rows,
+    /// `loud` wide for the rest.
+    QuietRows {
+        rows: usize,
+        cols: usize,
+        quiet: f32,
+        loud: f32,
+    },
 }
 
 impl Init {
@@ -244,6 +252,12 @@ impl Init {
                 let a = linear(fan_in);
                 (0.0, if index / cols == row { gain * a } else { a })
             }
+            Init::QuietRows {
+                rows,
+                cols,
+                quiet,
+                loud,
+            } => (0.0, if index / cols < rows { quiet } else { loud }),
         }
     }
 }

@@ -23,6 +23,9 @@ const SPECIAL_TOKENS: [(usize, &str); 5] = [
     (34, "[TRANSCRIBE]"),
 ];
 
+/// Ranks reserved for special tokens, as in the published tokenizer.
+const SPECIAL_RANKS: usize = 1000;
+
 /// Learned merges of the tiny vocabulary: 1000 specials + 256 bytes + 44 = 1300 tokens.
 const MERGES: usize = 44;
 
@@ -60,7 +63,7 @@ pub(super) const STT_TINY: SttDims = SttDims {
     head_dim: 32,
     hidden: 192,
     window: 48,
-    vocab: 1000 + 256 + MERGES,
+    vocab: SPECIAL_RANKS + 256 + MERGES,
 };
 
 /// Mel bins and the adapter's frame stacking keep their real values.
@@ -184,10 +187,18 @@ pub(super) fn specs(d: &SttDims) -> Vec<Spec> {
         vec![d.dim, d.dim],
         Init::Linear(d.dim),
     );
+    // Tied with the head. Small next to the audio embeddings, or the fed-back token's own
+    // logit wins and greedy decoding repeats one token whatever the audio; the special rows
+    // (mostly unused placeholders) smaller still, or 1000 of the 1300 rows crowd the text out.
     push(
         format!("{e}tok_embeddings.weight"),
         vec![d.vocab, d.dim],
-        Init::Around(0.0, 0.8),
+        Init::QuietRows {
+            rows: SPECIAL_RANKS,
+            cols: d.dim,
+            quiet: 0.0125,
+            loud: 0.05,
+        },
     );
     let (q, kv) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
     for l in 0..d.layers {
