@@ -16,11 +16,11 @@ fuzz_target!(|data: &[u8]| {
     for max_input_chars in [4096, 8] {
         match parse_speech_body(data, max_input_chars, &model) {
             Ok(speech) => {
-                let chars = speech.synthesis.text.chars().count();
+                let chars = speech.text.chars().count();
                 assert!((1..=max_input_chars).contains(&chars));
                 assert!((0.25..=4.0).contains(&speech.speed));
-                assert!((1..=2048).contains(&speech.synthesis.max_frames));
-                assert!(model.voices.contains(&speech.synthesis.voice));
+                assert!((1..=2048).contains(&speech.max_frames));
+                assert!(model.voices.iter().any(|v| v.name == speech.voice));
                 assert!(speech.format.is_supported());
             }
             Err(e) => {

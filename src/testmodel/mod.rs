@@ -640,23 +640,31 @@ impl Preset {
     }
 }
 
-/// A random checkpoint under `target/test-models/<preset>-<seed>`, made on first use.
+/// A random checkpoint under `target/test-models/<generator>/<preset>-<seed>`, made on first use.
 pub fn cached_test_model(preset: Preset, seed: u64) -> Result<PathBuf> {
     cached_folder(&preset.name(), seed, "consolidated.safetensors", |dir| {
         make_test_model(dir, preset, seed)
     })
 }
 
-/// The folder `target/test-models/<name>-<seed>`, made by `make` unless it holds `last_file`
-/// (the last file `make` writes). Made in a temporary folder and renamed into place, so
-/// concurrent callers never see a partial one.
+/// The folder `target/test-models/<generator>/<name>-<seed>`, made by `make` unless it holds
+/// `last_file` (the last file `make` writes). Made in a temporary folder and renamed into
+/// place, so concurrent callers never see a partial one. `<generator>` is a digest of this
+/// generator's source: a checkpoint made by an older generator is never reused, and the
+/// folders of older generators are removed when a new one is first made.
 fn cached_folder(
     name: &str,
     seed: u64,
     last_file: &str,
     make: impl Fn(&Path) -> Result<()>,
 ) -> Result<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-models");
+    let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-models");
+    let generator = generator_digest();
+    let root = cache.join(&generator);
+    if !root.exists() {
+        remove_older_generations(&cache, &generator);
+    }
+    std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
     let dir = root.join(format!("{name}-{seed}"));
     if dir.join(last_file).exists() {
         return Ok(dir);
@@ -675,6 +683,36 @@ fn cached_folder(
             Ok(dir)
         }
         Err(e) => Err(e).with_context(|| format!("moving {} into place", dir.display())),
+    }
+}
+
+/// 16 hex digits of a hash of the generator's source files (`std`'s SipHash with fixed keys:
+/// the same source gives the same digest in every build of one toolchain).
+fn generator_digest() -> String {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let sources = [
+        include_str!("mod.rs"),
+        include_str!("qwen3_tts.rs"),
+        include_str!("tekken.rs"),
+        include_str!("voxtral_realtime.rs"),
+    ];
+    let mut hasher = DefaultHasher::new();
+    sources.hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
+}
+
+/// Removes the cached checkpoints of other generator versions (folders named by a digest).
+fn remove_older_generations(cache: &Path, current: &str) {
+    let Ok(entries) = std::fs::read_dir(cache) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let is_digest = name.len() == 16 && name.chars().all(|c| c.is_ascii_hexdigit());
+        if is_digest && name != current {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 

@@ -788,7 +788,7 @@ pub fn make_test_model(out: &Path, preset: Qwen3Preset, seed: u64) -> Result<()>
     )
 }
 
-/// A random checkpoint under `target/test-models/<preset>-<seed>`, made on first use.
+/// A random checkpoint under `target/test-models/<generator>/<preset>-<seed>`, made on first use.
 pub fn cached_test_model(preset: Qwen3Preset, seed: u64) -> Result<PathBuf> {
     cached_folder(&preset.name(), seed, "model.safetensors", |dir| {
         make_test_model(dir, preset, seed)
