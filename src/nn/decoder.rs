@@ -7,6 +7,7 @@
 
 use super::kv_pool::{KvPool, KvSlot};
 use super::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
+use super::mask::sliding_window_mask;
 use super::LoadError;
 use crate::tensor::{DType, PoolRows, Tensor};
 
@@ -241,20 +242,13 @@ impl<T: Tensor> Decoder<T> {
     /// `[1, 1, len, start + len]`: 0 where query `i` (at position `start + i`) may see the key,
     /// -inf after it and before its window.
     fn chunk_mask(&self, start: usize, len: usize, dtype: DType) -> T {
-        let keys = start + len;
-        let window = self.window.unwrap_or(usize::MAX);
-        let mask: Vec<f32> = (0..len)
-            .flat_map(|i| {
-                (0..keys).map(move |j| {
-                    if j <= start + i && start + i - j < window {
-                        0.0
-                    } else {
-                        f32::NEG_INFINITY
-                    }
-                })
-            })
-            .collect();
-        T::from_f32(&self.device, &mask, &[1, 1, len, keys], dtype)
+        sliding_window_mask(
+            &self.device,
+            dtype,
+            (start, len),
+            (0, start + len),
+            self.window,
+        )
     }
 }
 

@@ -7,6 +7,7 @@ pub mod decoder;
 mod error;
 pub mod kv_pool;
 pub mod layers;
+pub mod mask;
 pub mod pth;
 pub mod safetensors_writer;
 

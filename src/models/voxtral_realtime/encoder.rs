@@ -4,9 +4,9 @@
 //! norm.
 
 use super::conv_stem::ConvStem;
-use super::ops::sliding_window_bias;
 use super::params::Config;
 use crate::nn::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
+use crate::nn::mask::sliding_window_mask;
 use crate::nn::LoadError;
 use crate::tensor::Tensor;
 
@@ -147,7 +147,13 @@ impl<T: Tensor> Encoder<T> {
     /// norm.
     pub fn transformer(&self, frames: &T) -> T {
         let len = frames.shape()[1];
-        let mask = sliding_window_bias::<T>(&self.device, 0, len, self.window, frames.dtype());
+        let mask = sliding_window_mask::<T>(
+            &self.device,
+            frames.dtype(),
+            (0, len),
+            (0, len),
+            self.window,
+        );
         let x = self.layers.iter().fold(frames.clone(), |x, layer| {
             layer.forward(&x, &self.rope, 0, &mask, None).0
         });
@@ -166,8 +172,13 @@ impl<T: Tensor> Encoder<T> {
     /// as [`transformer`](Self::transformer) gives those frames over the whole stream.
     pub fn step(&self, cache: &mut EncoderCache<T>, frames: &T) -> T {
         let len = frames.shape()[1];
-        let mask =
-            sliding_window_bias::<T>(&self.device, cache.held(), len, self.window, frames.dtype());
+        let mask = sliding_window_mask::<T>(
+            &self.device,
+            frames.dtype(),
+            (cache.held(), len),
+            (0, cache.held() + len),
+            self.window,
+        );
         // A later frame's window reaches back `window - 1` frames.
         let keep = self.window.map_or(usize::MAX, |w| w - 1);
         let mut x = frames.clone();

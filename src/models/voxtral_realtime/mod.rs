@@ -10,7 +10,6 @@ pub mod audio_tower;
 pub mod conv_stem;
 pub mod encoder;
 pub mod mel;
-mod ops;
 pub mod params;
 pub mod prompt;
 pub mod streaming;

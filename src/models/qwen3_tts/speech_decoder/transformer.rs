@@ -7,6 +7,7 @@ use super::convs::Affine;
 use super::stream::{DecoderStream, KvWindow};
 use crate::models::qwen3_tts::config::SpeechDecoderConfig;
 use crate::nn::layers::{Loader, RmsNorm};
+use crate::nn::mask::sliding_window_mask;
 use crate::nn::LoadError;
 use crate::tensor::{DType, Tensor};
 
@@ -150,19 +151,18 @@ impl<T: Tensor> PreTransformer<T> {
                 let first = past + query_start;
                 let key_start = (first + 1).saturating_sub(window);
                 let keys = first + queries - key_start;
-                let mut bias = Vec::with_capacity(queries * keys);
-                for i in first..first + queries {
-                    for j in key_start..key_start + keys {
-                        let visible = j <= i && j + window > i;
-                        bias.push(if visible { 0.0 } else { f32::NEG_INFINITY });
-                    }
-                }
                 Block {
                     query_start,
                     queries,
                     key_start,
                     keys,
-                    bias: T::from_f32(&self.device, &bias, &[1, 1, queries, keys], self.dtype),
+                    bias: sliding_window_mask(
+                        &self.device,
+                        self.dtype,
+                        (first, queries),
+                        (key_start, keys),
+                        Some(window),
+                    ),
                 }
             })
             .collect()

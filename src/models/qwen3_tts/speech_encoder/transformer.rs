@@ -7,6 +7,7 @@ use crate::models::qwen3_tts::config::SpeechEncoderConfig;
 use crate::models::qwen3_tts::speech_decoder::convs::LayerNorm;
 use crate::models::qwen3_tts::speech_decoder::transformer::interleave_heads;
 use crate::nn::layers::Loader;
+use crate::nn::mask::sliding_window_bias;
 use crate::nn::LoadError;
 use crate::tensor::{DType, Tensor};
 
@@ -26,17 +27,7 @@ struct Layer<T> {
 /// The sliding window over `len` positions as a `[len, len]` additive bias; `None` when
 /// every query sees all earlier keys (plain causal attention).
 fn window_bias(len: usize, window: usize) -> Option<Vec<f32>> {
-    if len <= window {
-        return None;
-    }
-    let mut bias = Vec::with_capacity(len * len);
-    for i in 0..len {
-        for j in 0..len {
-            let visible = j <= i && j + window > i;
-            bias.push(if visible { 0.0 } else { f32::NEG_INFINITY });
-        }
-    }
-    Some(bias)
+    (len > window).then(|| sliding_window_bias(0, len, 0, len, Some(window)))
 }
 
 pub(super) struct EncoderTransformer<T: Tensor> {
