@@ -19,6 +19,7 @@ mod aac;
 mod flac;
 pub mod input;
 pub mod join;
+pub mod mel;
 mod mp3;
 mod opus;
 mod pcm;

@@ -7,9 +7,7 @@
 //! The FFT and the filterbank sums run in f64 and are rounded once, so that this side adds no
 //! rounding of its own to the reference's f32 arithmetic.
 
-use crate::models::voxtral_realtime::mel::{hz_to_mel, mel_to_hz, periodic_hann, reflect_pad};
-use realfft::{RealFftPlanner, RealToComplex};
-use std::sync::Arc;
+use crate::audio::mel::{hz_to_mel, mel_to_hz, reflect_pad, MelBank};
 
 /// The clip rate the speaker encoder reads.
 pub const SPEAKER_SAMPLE_RATE: u32 = 24_000;
@@ -36,10 +34,8 @@ impl SpeakerMel {
 }
 
 pub struct SpeakerMelFrontEnd {
-    window: Vec<f32>,
-    /// `[fft bins][mels]`.
-    filters: Vec<f32>,
-    fft: Arc<dyn RealToComplex<f64>>,
+    /// With librosa's filterbank.
+    bank: MelBank,
 }
 
 impl Default for SpeakerMelFrontEnd {
@@ -50,10 +46,9 @@ impl Default for SpeakerMelFrontEnd {
 
 impl SpeakerMelFrontEnd {
     pub fn new() -> Self {
+        let filters = librosa_slaney_filters(N_FFT / 2 + 1, MEL_BINS, SPEAKER_SAMPLE_RATE, F_MAX);
         SpeakerMelFrontEnd {
-            window: periodic_hann(N_FFT),
-            filters: librosa_slaney_filters(N_FFT / 2 + 1, MEL_BINS, SPEAKER_SAMPLE_RATE, F_MAX),
-            fft: RealFftPlanner::<f64>::new().plan_fft_forward(N_FFT),
+            bank: MelBank::new(N_FFT, HOP, MEL_BINS, filters),
         }
     }
 
@@ -70,32 +65,10 @@ impl SpeakerMelFrontEnd {
         }
         let padded = reflect_pad(audio, pad);
         let frames = (padded.len() - N_FFT) / HOP + 1;
-        let mut input = self.fft.make_input_vec();
-        let mut spectrum = self.fft.make_output_vec();
-        let mut scratch = self.fft.make_scratch_vec();
-        let mut magnitude = vec![0f32; N_FFT / 2 + 1];
-        let mut sums = vec![0f64; MEL_BINS];
-        let mut data = Vec::with_capacity(frames * MEL_BINS);
-        for t in 0..frames {
-            let frame = &padded[t * HOP..t * HOP + N_FFT];
-            for ((x, &sample), &w) in input.iter_mut().zip(frame).zip(&self.window) {
-                // The windowed frame in f32, as the reference forms it.
-                *x = (sample * w) as f64;
-            }
-            self.fft
-                .process_with_scratch(&mut input, &mut spectrum, &mut scratch)
-                .unwrap_or_else(|_| unreachable!("buffers come from the plan"));
-            for (m, c) in magnitude.iter_mut().zip(&spectrum) {
-                *m = (c.norm_sqr() + 1e-9).sqrt() as f32;
-            }
-            sums.fill(0.0);
-            for (&mag, filters) in magnitude.iter().zip(self.filters.chunks_exact(MEL_BINS)) {
-                for (sum, &f) in sums.iter_mut().zip(filters) {
-                    *sum += f as f64 * mag as f64;
-                }
-            }
-            data.extend(sums.iter().map(|&sum| (sum as f32).max(1e-5).ln()));
-        }
+        let magnitude = |power: f64| (power + 1e-9).sqrt() as f32;
+        let data = self
+            .bank
+            .frames(&padded, frames, magnitude, |mel| mel.max(1e-5).ln());
         Ok(SpeakerMel { frames, data })
     }
 }

@@ -11,8 +11,7 @@
 //! tools/goldens/voxtral_realtime; `case.json` records it for the golden signal).
 
 use super::params::MelSettings;
-use realfft::{RealFftPlanner, RealToComplex};
-use std::sync::Arc;
+use crate::audio::mel::{hz_to_mel, mel_to_hz, reflect_pad, MelBank};
 
 /// Mel frames, frame-major: `data[t * num_mel_bins + m]` (the `[time, channels]` layout the
 /// conv stem reads).
@@ -38,20 +37,18 @@ pub enum MelError {
 
 pub struct MelFrontEnd {
     settings: MelSettings,
-    window: Vec<f32>,
-    /// `[bins][mels]`, as mistral-common returns it.
-    filters: Vec<f32>,
-    fft: Arc<dyn RealToComplex<f64>>,
+    /// With mistral-common's filterbank.
+    bank: MelBank,
 }
 
 impl MelFrontEnd {
     pub fn new(settings: &MelSettings) -> Self {
         let n_fft = settings.n_fft;
         let bins = n_fft / 2 + 1;
+        let mels = settings.num_mel_bins;
+        let filters = slaney_mel_filters(bins, mels, settings.sample_rate);
         MelFrontEnd {
-            window: periodic_hann(n_fft),
-            filters: slaney_mel_filters(bins, settings.num_mel_bins, settings.sample_rate),
-            fft: RealFftPlanner::<f64>::new().plan_fft_forward(n_fft),
+            bank: MelBank::new(n_fft, settings.hop_length, mels, filters),
             settings: settings.clone(),
         }
     }
@@ -99,38 +96,11 @@ impl MelFrontEnd {
         self.settings.global_log_mel_max.map(|max| max as f32)
     }
 
-    /// `log10(max(mel, 1e-10))` of `frames` frames of `padded`, frame-major.
+    /// `log10(max(mel, 1e-10))` of `frames` frames of `padded`, frame-major; power `|X|²`.
     fn log10_frames(&self, padded: &[f32], frames: usize) -> Vec<f32> {
-        let s = &self.settings;
-        let (n_fft, hop, n_mels) = (s.n_fft, s.hop_length, s.num_mel_bins);
-        let bins = n_fft / 2 + 1;
-        let mut input = self.fft.make_input_vec();
-        let mut spectrum = self.fft.make_output_vec();
-        let mut scratch = self.fft.make_scratch_vec();
-        let mut power = vec![0f32; bins];
-        let mut sums = vec![0f64; n_mels];
-        let mut mel = Vec::with_capacity(frames * n_mels);
-        for t in 0..frames {
-            let frame = &padded[t * hop..t * hop + n_fft];
-            for ((x, &sample), &w) in input.iter_mut().zip(frame).zip(&self.window) {
-                // The windowed frame in f32, as the reference forms it.
-                *x = (sample * w) as f64;
-            }
-            self.fft
-                .process_with_scratch(&mut input, &mut spectrum, &mut scratch)
-                .unwrap_or_else(|_| unreachable!("buffers come from the plan"));
-            for (p, c) in power.iter_mut().zip(&spectrum) {
-                *p = c.norm_sqr() as f32;
-            }
-            sums.fill(0.0);
-            for (&p, filters) in power.iter().zip(self.filters.chunks_exact(n_mels)) {
-                for (sum, &f) in sums.iter_mut().zip(filters) {
-                    *sum += f as f64 * p as f64;
-                }
-            }
-            mel.extend(sums.iter().map(|&sum| (sum as f32).max(1e-10).log10()));
-        }
-        mel
+        let power = |p: f64| p as f32;
+        self.bank
+            .frames(padded, frames, power, |mel| mel.max(1e-10).log10())
     }
 }
 
@@ -139,47 +109,6 @@ fn normalize(mel: &mut [f32], ceiling: f32) {
     let floor = ceiling - 8.0;
     for v in mel.iter_mut() {
         *v = (v.max(floor) + 4.0) / 4.0;
-    }
-}
-
-/// `torch.hann_window(n)` (periodic) as ATen computes it, in f32:
-/// `cos(i · f32(2π / n)) · −0.5 + 0.5`.
-pub(crate) fn periodic_hann(n: usize) -> Vec<f32> {
-    let step = (2.0 * std::f64::consts::PI / n as f64) as f32;
-    (0..n)
-        .map(|i| (i as f32 * step).cos() * -0.5 + 0.5)
-        .collect()
-}
-
-/// `audio` with `pad` samples mirrored at each end, the edge sample not repeated.
-pub(crate) fn reflect_pad(audio: &[f32], pad: usize) -> Vec<f32> {
-    let n = audio.len();
-    let mut out = Vec::with_capacity(n + 2 * pad);
-    out.extend((1..=pad).rev().map(|i| audio[i]));
-    out.extend_from_slice(audio);
-    out.extend((1..=pad).map(|i| audio[n - 1 - i]));
-    out
-}
-
-/// Slaney mel scale (librosa's, as mistral-common uses it): linear below 1 kHz, logarithmic
-/// above.
-pub(crate) fn hz_to_mel(hz: f64) -> f64 {
-    const MIN_LOG_HZ: f64 = 1000.0;
-    const MIN_LOG_MEL: f64 = 15.0;
-    if hz >= MIN_LOG_HZ {
-        MIN_LOG_MEL + (hz / MIN_LOG_HZ).ln() * (27.0 / 6.4f64.ln())
-    } else {
-        3.0 * hz / 200.0
-    }
-}
-
-pub(crate) fn mel_to_hz(mel: f64) -> f64 {
-    const MIN_LOG_HZ: f64 = 1000.0;
-    const MIN_LOG_MEL: f64 = 15.0;
-    if mel >= MIN_LOG_MEL {
-        MIN_LOG_HZ * ((6.4f64.ln() / 27.0) * (mel - MIN_LOG_MEL)).exp()
-    } else {
-        200.0 * mel / 3.0
     }
 }
 
@@ -255,7 +184,8 @@ mod tests {
         let peak = (0..128)
             .max_by(|&a, &b| mel.at(t, a).total_cmp(&mel.at(t, b)))
             .unwrap();
-        assert!(fe.filters[25 * 128 + peak] > 0.0, "peak in mel {peak}");
+        let filters = slaney_mel_filters(201, 128, 16000);
+        assert!(filters[25 * 128 + peak] > 0.0, "peak in mel {peak}");
     }
 
     #[test]
@@ -271,16 +201,13 @@ mod tests {
 
     #[test]
     fn filterbank_matches_mistral_common_shape() {
-        let fe = front_end();
+        let filters = slaney_mel_filters(201, 128, 16000);
         // mistral-common: band 49 reads bin 30 alone with weight 0.02352005, band 50 bins 30-31.
-        let band = |m: usize| -> Vec<usize> {
-            (0..201)
-                .filter(|&k| fe.filters[k * 128 + m] > 0.0)
-                .collect()
-        };
+        let band =
+            |m: usize| -> Vec<usize> { (0..201).filter(|&k| filters[k * 128 + m] > 0.0).collect() };
         assert_eq!(band(49), [30]);
         assert_eq!(band(50), [30, 31]);
-        assert!((fe.filters[30 * 128 + 49] - 0.023_520_05).abs() < 1e-8);
+        assert!((filters[30 * 128 + 49] - 0.023_520_05).abs() < 1e-8);
         assert!((0..128).all(|m| !band(m).is_empty()));
     }
 }
