@@ -4,6 +4,22 @@ use super::checkpoint::Checkpoint;
 use super::LoadError;
 use crate::tensor::{DType, Tensor};
 
+/// Sinusoidal embedding of a scalar `t` (Voxtral TTS's flow-matching time, Voxtral Realtime's
+/// transcription delay): `[cos(t·f₀), …, cos(t·f_{d/2−1}), sin(t·f₀), …]` with
+/// `f_i = 10000^(−i / (d/2))`, computed in f32 as the references do.
+pub fn time_embedding(t: f32, dim: usize) -> Vec<f32> {
+    let half = dim / 2;
+    let log_theta = 10_000f64.ln() as f32;
+    let angles: Vec<f32> = (0..half)
+        .map(|i| t * (-log_theta * i as f32 / half as f32).exp())
+        .collect();
+    angles
+        .iter()
+        .map(|a| a.cos())
+        .chain(angles.iter().map(|a| a.sin()))
+        .collect()
+}
+
 /// What every loader needs: the checkpoint, the device and the compute dtype, and the key
 /// prefix of the part being loaded (a family's sub-model, e.g. `talker.`).
 pub struct Loader<'a, T: Tensor> {

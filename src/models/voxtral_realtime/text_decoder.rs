@@ -7,27 +7,9 @@
 use super::params::Config;
 use crate::nn::decoder::Decoder;
 use crate::nn::kv_pool::{KvPool, KvSlot};
-use crate::nn::layers::Loader;
+use crate::nn::layers::{time_embedding, Loader};
 use crate::nn::LoadError;
 use crate::tensor::{DType, Tensor};
-
-/// `TimeEmbedding`'s frequency base (vLLM `voxtral_realtime.py`, transformers' `time_embedding`).
-const TIME_EMBEDDING_THETA: f64 = 10_000.0;
-
-/// `[cos(t·f₀), …, cos(t·f_{d/2−1}), sin(t·f₀), …]` with `f_i = θ^(−i / (d/2))`: the delay `t`
-/// (in tokens) as a `dim`-wide vector, computed in f32 as the references do.
-pub fn time_embedding(t: f32, dim: usize) -> Vec<f32> {
-    let half = dim / 2;
-    let log_theta = TIME_EMBEDDING_THETA.ln() as f32;
-    let angles: Vec<f32> = (0..half)
-        .map(|i| t * (-log_theta * i as f32 / half as f32).exp())
-        .collect();
-    angles
-        .iter()
-        .map(|a| a.cos())
-        .chain(angles.iter().map(|a| a.sin()))
-        .collect()
-}
 
 pub struct TextDecoder<T: Tensor> {
     decoder: Decoder<T>,

@@ -3,7 +3,7 @@
 //! bidirectional transformer with classifier-free guidance, then FSQ rounding.
 
 use super::params::{Config, END_AUDIO_CODE, NUM_AUDIO_SPECIAL_CODES};
-use crate::nn::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
+use crate::nn::layers::{time_embedding, AttentionProj, FeedForward, Loader, RmsNorm};
 use crate::nn::LoadError;
 use crate::tensor::{DType, Tensor};
 
@@ -58,20 +58,6 @@ pub struct FlowHead<T: Tensor> {
     dim: usize,
     dtype: DType,
     device: T::Device,
-}
-
-/// Sinusoidal time embedding: `cat(cos(t * f), sin(t * f))`, `f_j = exp(-ln(1e4) j / (dim/2))`.
-fn time_embedding(t: f32, dim: usize) -> Vec<f32> {
-    let half = dim / 2;
-    let c = -(10_000f64.ln()) as f32;
-    let angles: Vec<f32> = (0..half)
-        .map(|j| t * (c * j as f32 / half as f32).exp())
-        .collect();
-    angles
-        .iter()
-        .map(|a| a.cos())
-        .chain(angles.iter().map(|a| a.sin()))
-        .collect()
 }
 
 impl<T: Tensor> FlowHead<T> {
