@@ -21,6 +21,20 @@ pub struct MelBank {
 impl MelBank {
     /// `filters`: `[n_fft / 2 + 1][mels]`.
     pub fn new(n_fft: usize, hop: usize, mels: usize, filters: Vec<f32>) -> Self {
+        Self::with_window(n_fft, hop, mels, periodic_hann(n_fft), filters)
+    }
+
+    /// As [`MelBank::new`], with `window` (`n_fft` values) in place of the periodic Hann of
+    /// `n_fft` samples: e.g. a shorter window zero-padded to `n_fft` at both ends, as
+    /// `torch.stft` pads a `win_length` shorter than `n_fft`.
+    pub fn with_window(
+        n_fft: usize,
+        hop: usize,
+        mels: usize,
+        window: Vec<f32>,
+        filters: Vec<f32>,
+    ) -> Self {
+        assert_eq!(window.len(), n_fft, "an n_fft-long window");
         assert_eq!(
             filters.len(),
             (n_fft / 2 + 1) * mels,
@@ -30,7 +44,7 @@ impl MelBank {
             n_fft,
             hop,
             mels,
-            window: periodic_hann(n_fft),
+            window,
             filters,
             fft: RealFftPlanner::<f64>::new().plan_fft_forward(n_fft),
         }
@@ -78,7 +92,7 @@ impl MelBank {
 
 /// `torch.hann_window(n)` (periodic) as ATen computes it, in f32:
 /// `cos(i · f32(2π / n)) · −0.5 + 0.5`.
-fn periodic_hann(n: usize) -> Vec<f32> {
+pub fn periodic_hann(n: usize) -> Vec<f32> {
     let step = (2.0 * std::f64::consts::PI / n as f64) as f32;
     (0..n)
         .map(|i| (i as f32 * step).cos() * -0.5 + 0.5)

@@ -347,6 +347,10 @@ impl Tensor for MlxTensor {
         Self::op(ops::sin(&self.array))
     }
 
+    fn tanh(&self) -> Self {
+        Self::op(ops::tanh(&self.array))
+    }
+
     fn elu(&self) -> Self {
         let negative = check(ops::minimum(&self.array, self.scalar(0.0)));
         let decay = check(ops::subtract(&check(ops::exp(&negative)), self.scalar(1.0)));
@@ -643,6 +647,11 @@ mod tests {
     #[test]
     fn elu_matches_f64() {
         super::super::conformance::elu_matches_f64::<MlxTensor>(&DEV);
+    }
+
+    #[test]
+    fn tanh_matches_f64() {
+        super::super::conformance::tanh_matches_f64::<MlxTensor>(&DEV);
     }
 
     #[test]

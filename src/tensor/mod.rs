@@ -133,6 +133,8 @@ pub trait Tensor: Clone + Sized {
     fn clamp(&self, lo: f32, hi: f32) -> Self;
     /// Elementwise sine (SnakeBeta activations).
     fn sin(&self) -> Self;
+    /// Elementwise hyperbolic tangent (GPT-2's tanh-approximated GELU).
+    fn tanh(&self) -> Self;
     /// ELU with α = 1, `x` for `x > 0` and `e^x - 1` below (the Mimi encoder's activation).
     fn elu(&self) -> Self;
     /// Round to nearest, ties to even (what `torch.round` does).
@@ -562,6 +564,21 @@ pub(crate) mod conformance {
             assert!(
                 (f64::from(*g) - want).abs() < 1e-6,
                 "sin({x}) = {g}, want {want}"
+            );
+        }
+    }
+
+    /// `tanh` elementwise, against f64.
+    pub fn tanh_matches_f64<T: Tensor>(device: &T::Device) {
+        let x = [-9.0f32, -1.5, -0.2, 0.0, 0.7, 3.0];
+        let got = T::from_f32(device, &x, &[2, 3], DType::F32)
+            .tanh()
+            .to_vec_f32();
+        for (g, x) in got.iter().zip(x) {
+            let want = f64::from(x).tanh();
+            assert!(
+                (f64::from(*g) - want).abs() < 1e-6,
+                "tanh({x}) = {g}, want {want}"
             );
         }
     }

@@ -355,6 +355,10 @@ impl Tensor for TchTensor {
         Self::wrap(self.0.elu())
     }
 
+    fn tanh(&self) -> Self {
+        Self::wrap(self.0.tanh())
+    }
+
     fn linear(&self, weight: &Self) -> Self {
         let out = weight.0.size().first().copied().unwrap_or(0);
         let multiply_adds = self.0.numel() as u64 * out.max(0) as u64;
@@ -670,5 +674,10 @@ mod tests {
     #[test]
     fn elu_matches_f64() {
         super::super::conformance::elu_matches_f64::<TchTensor>(&Device::Cpu);
+    }
+
+    #[test]
+    fn tanh_matches_f64() {
+        super::super::conformance::tanh_matches_f64::<TchTensor>(&Device::Cpu);
     }
 }

@@ -1,7 +1,7 @@
 //! Random checkpoints in the exact published layout (`make-test-model`). Voxtral (here):
 //! params.json, bf16 consolidated.safetensors with the real key names, a small valid
 //! tekken.json, and the voices as both PyTorch-zip `.pt` and `.safetensors`. Qwen3-TTS:
-//! [`qwen3_tts`]. Deterministic per seed: every tensor draws from its own stream, seeded by the
+//! [`qwen3_tts`]. XTTS-v2: [`xtts`]. Deterministic per seed: every tensor draws from its own stream, seeded by the
 //! run seed and the tensor's key.
 //!
 //! Behind the cargo feature `testmodel` (on by default): the production library does not
@@ -10,6 +10,7 @@
 mod qwen3_tts;
 pub(crate) mod tekken;
 mod voxtral_realtime;
+mod xtts;
 
 pub use qwen3_tts::{
     cached_test_model as cached_qwen3_test_model, make_test_model as make_qwen3_test_model,
@@ -18,6 +19,10 @@ pub use qwen3_tts::{
 #[cfg(test)]
 pub(crate) use tekken::generated as generated_tekken;
 pub use tekken::write_test_tekken;
+pub use xtts::{
+    cached_test_model as cached_xtts_test_model, make_test_model as make_xtts_test_model,
+    XttsPreset,
+};
 
 use crate::models::voxtral_tts::params::{Config, ModelArgs};
 use crate::models::voxtral_tts::voices::VOICE_DIR;
@@ -695,6 +700,7 @@ fn generator_digest() -> String {
         include_str!("qwen3_tts.rs"),
         include_str!("tekken.rs"),
         include_str!("voxtral_realtime.rs"),
+        include_str!("xtts.rs"),
     ];
     let mut hasher = DefaultHasher::new();
     sources.hash(&mut hasher);
@@ -721,6 +727,7 @@ fn remove_older_generations(cache: &Path, current: &str) {
 pub enum AnyPreset {
     Voxtral(Preset),
     Qwen3(Qwen3Preset),
+    Xtts(XttsPreset),
 }
 
 impl clap::ValueEnum for AnyPreset {
@@ -732,7 +739,10 @@ impl clap::ValueEnum for AnyPreset {
             let qwen3 = Qwen3Preset::value_variants()
                 .iter()
                 .map(|&p| AnyPreset::Qwen3(p));
-            voxtral.chain(qwen3).collect()
+            let xtts = XttsPreset::value_variants()
+                .iter()
+                .map(|&p| AnyPreset::Xtts(p));
+            voxtral.chain(qwen3).chain(xtts).collect()
         });
         &ALL
     }
@@ -741,6 +751,7 @@ impl clap::ValueEnum for AnyPreset {
         match self {
             AnyPreset::Voxtral(p) => p.to_possible_value(),
             AnyPreset::Qwen3(p) => p.to_possible_value(),
+            AnyPreset::Xtts(p) => p.to_possible_value(),
         }
     }
 }
@@ -750,6 +761,7 @@ pub fn make_any_test_model(out: &Path, preset: AnyPreset, seed: u64) -> Result<(
     match preset {
         AnyPreset::Voxtral(p) => make_test_model(out, p, seed),
         AnyPreset::Qwen3(p) => qwen3_tts::make_test_model(out, p, seed),
+        AnyPreset::Xtts(p) => xtts::make_test_model(out, p, seed),
     }
 }
 

@@ -1,0 +1,258 @@
+//! XTTS-v2's GPT (coqui-tts `GPT`, `GPT2InferenceModel`; docs/xtts-v2-spec.md §2, §5): a
+//! Hugging Face GPT-2 without its own token and position tables, fed
+//! `[conditioning latents; text embeddings; audio embeddings]`, each embedding plus its own
+//! learned position (text from 0, audio from 0 at the start code), and decoded code by code.
+//!
+//! The prompt is the 32 conditioning latents, `[START] text [STOP]` and the start code 1024.
+//! Each step's hidden state (after GPT-2's `ln_f`) goes through `final_norm`: that is the
+//! step's latent, which HiFi-GAN reads, and `mel_head` of it gives the code logits. The
+//! reference computes the latents in a second pass over the codes; causal attention makes them
+//! the decode-time ones (§5), so they are kept as decoding goes.
+
+use super::gpt_config::GptConfig;
+use super::layers::{gelu_tanh, LayerNorm, Projection};
+use crate::models::qwen3_tts::sampling::{penalize, pick, SampleError, Sampling, Uniforms};
+use crate::nn::layers::{Linear, Loader};
+use crate::nn::LoadError;
+use crate::tensor::Tensor;
+
+/// One GPT-2 block: pre-norm attention and MLP (`gelu_new`), both residual.
+struct Block<T> {
+    ln_1: LayerNorm<T>,
+    c_attn: Projection<T>,
+    c_proj: Projection<T>,
+    ln_2: LayerNorm<T>,
+    c_fc: Projection<T>,
+    mlp_proj: Projection<T>,
+}
+
+impl<T: Tensor> Block<T> {
+    fn load(l: &Loader<T>, prefix: &str, dim: usize) -> Result<Self, LoadError> {
+        let p = |name: &str| format!("{prefix}.{name}");
+        Ok(Block {
+            ln_1: LayerNorm::load(l, &p("ln_1"), dim)?,
+            c_attn: Projection::conv1d_hf(l, &p("attn.c_attn"), dim, 3 * dim)?,
+            c_proj: Projection::conv1d_hf(l, &p("attn.c_proj"), dim, dim)?,
+            ln_2: LayerNorm::load(l, &p("ln_2"), dim)?,
+            c_fc: Projection::conv1d_hf(l, &p("mlp.c_fc"), dim, 4 * dim)?,
+            mlp_proj: Projection::conv1d_hf(l, &p("mlp.c_proj"), 4 * dim, dim)?,
+        })
+    }
+
+    /// `x` `[1, n, dim]`, appending its keys and values to `cache` (`[1, heads, len, hd]`).
+    fn forward(&self, x: &T, cache: &mut Option<(T, T)>, heads: usize) -> T {
+        let s = x.shape();
+        let (n, dim) = (s[1], s[2]);
+        let head_dim = dim / heads;
+        let qkv = self.c_attn.forward(&self.ln_1.forward(x));
+        let split = |i: usize| {
+            qkv.narrow(2, i * dim, dim)
+                .reshape(&[1, n, heads, head_dim])
+                .transpose(1, 2)
+        };
+        let (q, mut k, mut v) = (split(0), split(1), split(2));
+        if let Some((past_k, past_v)) = cache.as_ref() {
+            k = T::cat(&[past_k, &k], 2);
+            v = T::cat(&[past_v, &v], 2);
+        }
+        let scale = 1.0 / (head_dim as f64).sqrt();
+        let attended = T::attention(&q, &k, &v, None, n > 1, scale)
+            .transpose(1, 2)
+            .reshape(&[1, n, dim]);
+        *cache = Some((k, v));
+        let x = x.add(&self.c_proj.forward(&attended));
+        let mlp = self
+            .mlp_proj
+            .forward(&gelu_tanh(&self.c_fc.forward(&self.ln_2.forward(&x))));
+        x.add(&mlp)
+    }
+}
+
+/// How the codes are chosen.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GenerationParams {
+    /// Greedy, or temperature/top-k/top-p sampling (applied only when sampling).
+    pub sampling: Sampling,
+    /// Hugging Face's multiplicative penalty over every id of the sequence so far: the
+    /// prompt's placeholder 1s and the start code 1024 included.
+    pub repetition_penalty: f32,
+    /// Codes at most (the stop code included); `None`: the model's limit.
+    pub max_codes: Option<usize>,
+}
+
+/// A finished generation.
+pub struct Generated<T> {
+    /// The codes, ending with the stop code unless the limit cut them.
+    pub codes: Vec<u32>,
+    /// One latent per code, `[1, codes, dim]`: the `final_norm` of the hidden state that
+    /// produced it (the reference's `return_latent` output).
+    pub latents: T,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum GenerateError {
+    #[error("the text is {0} tokens; the model takes fewer than {1}")]
+    TextTooLong(usize, usize),
+    #[error("max_codes {0} is outside 1..={1}")]
+    TooManyCodes(usize, usize),
+    #[error("text id {0} is outside the vocabulary of {1}")]
+    UnknownTextId(u32, usize),
+    #[error("conditioning latents of shape {0:?}, expected [1, N, {1}]")]
+    BadConditioning(Vec<usize>, usize),
+    #[error(transparent)]
+    Sample(#[from] SampleError),
+}
+
+pub struct Gpt<T: Tensor> {
+    blocks: Vec<Block<T>>,
+    ln_f: LayerNorm<T>,
+    text_embedding: T,
+    text_positions: T,
+    mel_embedding: T,
+    mel_positions: T,
+    final_norm: LayerNorm<T>,
+    mel_head: Linear<T>,
+    config: GptConfig,
+    device: T::Device,
+}
+
+/// The keys and values of one sequence, per layer.
+pub struct GptCache<T> {
+    layers: Vec<Option<(T, T)>>,
+}
+
+impl<T: Tensor> Gpt<T> {
+    /// `l` at the state dict's root (`gpt.*`). The tensors may point into the checkpoint's
+    /// memory maps, which the caller keeps alive as long as the model.
+    pub fn load(l: &Loader<T>, config: GptConfig) -> Result<Self, LoadError> {
+        let a = &config.args;
+        let d = a.gpt_n_model_channels;
+        let g = l.scoped("gpt.");
+        Ok(Gpt {
+            blocks: (0..a.gpt_layers)
+                .map(|i| Block::load(&g, &format!("gpt.h.{i}"), d))
+                .collect::<Result<_, _>>()?,
+            ln_f: LayerNorm::load(&g, "gpt.ln_f", d)?,
+            text_embedding: g.tensor("text_embedding.weight", &[a.gpt_number_text_tokens, d])?,
+            text_positions: g.tensor("text_pos_embedding.emb.weight", &[a.text_positions(), d])?,
+            mel_embedding: g.tensor("mel_embedding.weight", &[a.gpt_num_audio_tokens, d])?,
+            mel_positions: g.tensor("mel_pos_embedding.emb.weight", &[a.audio_positions(), d])?,
+            final_norm: LayerNorm::load(&g, "final_norm", d)?,
+            mel_head: Linear::load(&g, "mel_head", a.gpt_num_audio_tokens, d, true)?,
+            device: l.device.clone(),
+            config,
+        })
+    }
+
+    pub fn config(&self) -> &GptConfig {
+        &self.config
+    }
+
+    fn ids(&self, ids: &[u32]) -> T {
+        let ids: Vec<i64> = ids.iter().map(|&i| i64::from(i)).collect();
+        T::from_i64(&self.device, &ids, &[1, ids.len()])
+    }
+
+    fn positions(&self, start: usize, len: usize) -> T {
+        let ids: Vec<i64> = (start..start + len).map(|i| i as i64).collect();
+        T::from_i64(&self.device, &ids, &[1, len])
+    }
+
+    /// The audio code `code` at audio position `position`, `[1, 1, dim]`.
+    fn audio_input(&self, code: u32, position: usize) -> T {
+        self.mel_embedding
+            .embedding(&self.ids(&[code]))
+            .add(&self.mel_positions.embedding(&self.positions(position, 1)))
+    }
+
+    /// GPT-2 over `x` `[1, n, dim]` after what `cache` holds; `ln_f` of the hidden states.
+    fn forward(&self, x: &T, cache: &mut GptCache<T>) -> T {
+        let heads = self.config.args.gpt_n_heads;
+        let h = self
+            .blocks
+            .iter()
+            .zip(cache.layers.iter_mut())
+            .fold(x.clone(), |h, (block, layer)| {
+                block.forward(&h, layer, heads)
+            });
+        self.ln_f.forward(&h)
+    }
+
+    /// The prompt: `cond` `[1, N, dim]`, then `[START] text [STOP]` with text positions, then
+    /// the start code at audio position 0.
+    fn prompt(&self, cond: &T, text: &[u32]) -> Result<T, GenerateError> {
+        let a = &self.config.args;
+        let shape = cond.shape();
+        if shape.len() != 3 || shape[0] != 1 || shape[2] != a.gpt_n_model_channels {
+            return Err(GenerateError::BadConditioning(
+                shape,
+                a.gpt_n_model_channels,
+            ));
+        }
+        if text.len() >= a.gpt_max_text_tokens {
+            return Err(GenerateError::TextTooLong(
+                text.len(),
+                a.gpt_max_text_tokens,
+            ));
+        }
+        if let Some(&bad) = text
+            .iter()
+            .find(|&&t| t as usize >= a.gpt_number_text_tokens)
+        {
+            return Err(GenerateError::UnknownTextId(bad, a.gpt_number_text_tokens));
+        }
+        let mut ids = vec![self.config.start_text_token];
+        ids.extend_from_slice(text);
+        ids.push(self.config.stop_text_token);
+        let text = self
+            .text_embedding
+            .embedding(&self.ids(&ids))
+            .add(&self.text_positions.embedding(&self.positions(0, ids.len())));
+        let start = self.audio_input(a.gpt_start_audio_token, 0);
+        Ok(T::cat(&[cond, &text, &start], 1))
+    }
+
+    /// Codes and latents for `text` (ids without `[START]`/`[STOP]`) spoken as `cond`.
+    /// `uniforms` feed sampling (one draw per code); greedy draws none.
+    pub fn generate(
+        &self,
+        cond: &T,
+        text: &[u32],
+        params: &GenerationParams,
+        uniforms: &mut Uniforms,
+    ) -> Result<Generated<T>, GenerateError> {
+        let a = &self.config.args;
+        let limit = a.max_codes();
+        let max_codes = params.max_codes.unwrap_or(limit);
+        if max_codes == 0 || max_codes > limit {
+            return Err(GenerateError::TooManyCodes(max_codes, limit));
+        }
+        let prompt = self.prompt(cond, text)?;
+        let mut cache = GptCache {
+            layers: (0..a.gpt_layers).map(|_| None).collect(),
+        };
+        let hidden = self.forward(&prompt, &mut cache);
+        let n = hidden.shape()[1];
+        let mut last = hidden.narrow(1, n - 1, 1);
+        // What Hugging Face's input_ids hold before the first code: placeholder 1s for the
+        // embedded prompt, then the start code.
+        let mut seen = vec![1, a.gpt_start_audio_token];
+        let mut codes = Vec::new();
+        let mut latents = Vec::new();
+        while codes.len() < max_codes {
+            let latent = self.final_norm.forward(&last);
+            let mut scores = self.mel_head.forward(&latent).to_vec_f32();
+            penalize(&mut scores, &seen, params.repetition_penalty);
+            let code = pick(&mut scores, &params.sampling, uniforms)?;
+            codes.push(code);
+            seen.push(code);
+            latents.push(latent);
+            if code == a.gpt_stop_audio_token || codes.len() == max_codes {
+                break;
+            }
+            last = self.forward(&self.audio_input(code, codes.len()), &mut cache);
+        }
+        let latents = T::cat(&latents.iter().collect::<Vec<_>>(), 1);
+        Ok(Generated { codes, latents })
+    }
+}

@@ -1,0 +1,221 @@
+//! XTTS-v2's GPT side against coqui-tts 0.28.0 (tests/goldens/xtts/, made by
+//! tools/goldens/xtts/make_goldens.py on `make-test-model --preset xtts-tiny`), f32 on
+//! libtorch (CPU): the cloning mel and the conditioning encoder on one chunk, the
+//! conditioning latents at the config's 30 s / 4 s chunks and at the 6 s / 6 s defaults, and
+//! the codes and GPT latents of a greedy case (stopped by the stop code), a greedy case cut by
+//! `max_new_tokens`, and a sampled case replayed on the reference's recorded uniforms.
+
+use safetensors::SafeTensors;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use voxtral_tts::models::qwen3_tts::sampling::{Sampling, Uniforms};
+use voxtral_tts::models::xtts::cloning_mel::MELS;
+use voxtral_tts::models::xtts::conditioning::Conditioner;
+use voxtral_tts::models::xtts::folder::XttsFolder;
+use voxtral_tts::models::xtts::gpt::{GenerationParams, Gpt};
+use voxtral_tts::models::xtts::gpt_config::GptConfig;
+use voxtral_tts::nn::layers::Loader;
+use voxtral_tts::tensor::tch_backend::TchTensor;
+use voxtral_tts::tensor::{DType, Tensor};
+use voxtral_tts::testmodel::{make_xtts_test_model, XttsPreset};
+
+/// Max abs difference of mels, encoder outputs, conditioning latents and GPT latents.
+const TOLERANCE: f32 = 1e-4;
+
+fn goldens_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goldens/xtts")
+}
+
+struct Goldens {
+    json: Value,
+    tensors: Vec<u8>,
+}
+
+impl Goldens {
+    fn load() -> Goldens {
+        let dir = goldens_dir();
+        let json =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("goldens.json")).unwrap())
+                .unwrap();
+        let tensors = std::fs::read(dir.join("goldens.safetensors")).unwrap();
+        Goldens { json, tensors }
+    }
+
+    /// An f32 tensor of the goldens: its shape and values.
+    fn tensor(&self, name: &str) -> (Vec<usize>, Vec<f32>) {
+        let st = SafeTensors::deserialize(&self.tensors).unwrap();
+        let view = st.tensor(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let values = view
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        (view.shape().to_vec(), values)
+    }
+
+    fn ids(&self, value: &Value) -> Vec<u32> {
+        serde_json::from_value(value.clone()).unwrap()
+    }
+}
+
+/// The tiny checkpoint, made again and checked against the file the goldens came from.
+fn model_dir(goldens: &Goldens, tmp: &Path) -> PathBuf {
+    let dir = tmp.join("xtts-tiny");
+    make_xtts_test_model(
+        &dir,
+        XttsPreset::Tiny,
+        goldens.json["seed"].as_u64().unwrap(),
+    )
+    .unwrap();
+    let bytes = std::fs::read(dir.join("model.safetensors")).unwrap();
+    assert_eq!(
+        format!("{:x}", Sha256::digest(&bytes)),
+        goldens.json["checkpoint_sha256"],
+        "not the checkpoint the goldens were made from"
+    );
+    dir
+}
+
+struct Model {
+    conditioner: Conditioner<TchTensor>,
+    gpt: Gpt<TchTensor>,
+    /// The memory-mapped weights the tensors point into.
+    _folder: XttsFolder,
+}
+
+/// The folder opened as the server opens it (no pickle), its GPT side loaded.
+fn load_model(dir: &Path) -> Model {
+    let folder = XttsFolder::open(dir).unwrap();
+    let config = GptConfig::from_json(&folder.config, "config.json", &folder.vocab).unwrap();
+    let device = tch::Device::Cpu;
+    let l = Loader::<TchTensor>::new(&folder.weights, &device, DType::F32);
+    let (dim, heads) = (config.args.gpt_n_model_channels, config.args.gpt_n_heads);
+    Model {
+        conditioner: Conditioner::load(&l, dim, heads).unwrap(),
+        gpt: Gpt::load(&l, config).unwrap(),
+        _folder: folder,
+    }
+}
+
+/// The reference clip as `load_audio` reads it: PCM16 / 32768.
+fn reference_clip() -> Vec<f32> {
+    let mut reader = hound::WavReader::open(goldens_dir().join("ref_22k.wav")).unwrap();
+    assert_eq!(reader.spec().sample_rate, 22_050);
+    reader
+        .samples::<i16>()
+        .map(|s| f32::from(s.unwrap()) / 32768.0)
+        .collect()
+}
+
+/// `[1, len, channels]` values as `[1, channels, len]`.
+fn channels_first(x: &TchTensor) -> Vec<f32> {
+    x.transpose(1, 2).to_vec_f32()
+}
+
+fn max_abs_diff(what: &str, got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let diff = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    eprintln!("{what}: max abs diff {diff:e}");
+    assert!(diff <= TOLERANCE, "{what}: max abs diff {diff}");
+    diff
+}
+
+#[test]
+fn cloning_mel_encoder_and_conditioning_latents() {
+    let goldens = Goldens::load();
+    let tmp = tempfile::tempdir().unwrap();
+    let model = load_model(&model_dir(&goldens, tmp.path()));
+    let clip = reference_clip();
+    assert_eq!(clip.len() as u64, goldens.json["clip"]["samples"]);
+
+    // The 30/4 run's last chunk: the samples after 4 s of the 4.6 s clip.
+    let last_chunk = &clip[4 * 22_050..];
+    let mel = model.conditioner.mel(last_chunk);
+    let (shape, want) = goldens.tensor("clone_30_4.last_chunk.mel");
+    assert_eq!(shape, [1, MELS, mel.shape()[1]]);
+    max_abs_diff("cloning mel", &channels_first(&mel), &want);
+    let encoded = model.conditioner.encode(&mel);
+    let (_, want) = goldens.tensor("clone_30_4.last_chunk.cond_encoder_out");
+    max_abs_diff("conditioning encoder", &channels_first(&encoded), &want);
+
+    for (name, length, chunk) in [("clone_30_4", 30, 4), ("clone_6_6", 6, 6)] {
+        let latents = model
+            .conditioner
+            .gpt_cond_latents(&clip, length, chunk)
+            .unwrap();
+        let (shape, want) = goldens.tensor(&format!("{name}.gpt_cond_latent"));
+        assert_eq!(latents.shape(), shape);
+        max_abs_diff(name, &latents.to_vec_f32(), &want);
+    }
+    let (_, a) = goldens.tensor("clone_30_4.gpt_cond_latent");
+    let (_, b) = goldens.tensor("clone_6_6.gpt_cond_latent");
+    assert!(
+        a.iter().zip(&b).any(|(x, y)| (x - y).abs() > 1e-3),
+        "30/4 and 6/6 differ"
+    );
+
+    let short = model.conditioner.gpt_cond_latents(&clip[..7000], 30, 4);
+    assert!(short.is_err(), "under 0.33 s is refused");
+}
+
+/// Runs one generation case from the goldens' 30/4 conditioning latents.
+fn check_case(goldens: &Goldens, model: &Model, case: &str) {
+    let record = &goldens.json["cases"][case];
+    let settings = &goldens.json["settings"];
+    let (shape, cond) = goldens.tensor("clone_30_4.gpt_cond_latent");
+    let cond = TchTensor::from_f32(&tch::Device::Cpu, &cond, &shape, DType::F32);
+    let sampled = record.get("uniforms").is_some();
+    let sampling = Sampling {
+        do_sample: sampled,
+        temperature: settings["temperature"].as_f64().unwrap() as f32,
+        top_k: settings["top_k"].as_u64().unwrap() as usize,
+        top_p: settings["top_p"].as_f64().unwrap() as f32,
+    };
+    let params = GenerationParams {
+        sampling,
+        repetition_penalty: settings["repetition_penalty"].as_f64().unwrap() as f32,
+        max_codes: record["max_new_tokens"].as_u64().map(|n| n as usize),
+    };
+    let mut uniforms = Uniforms::recorded(match record.get("uniforms") {
+        Some(u) => serde_json::from_value(u.clone()).unwrap(),
+        None => Vec::new(),
+    });
+    let text = goldens.ids(&goldens.json["text_ids"]);
+    let generated = model
+        .gpt
+        .generate(&cond, &text, &params, &mut uniforms)
+        .unwrap();
+    let want = goldens.ids(&record["codes"]);
+    assert_eq!(generated.codes, want, "{case}: codes");
+    eprintln!("{case}: {} codes identical", want.len());
+    assert_eq!(uniforms.recorded_left(), Some(0), "{case}: every draw used");
+    let (shape, latents) = goldens.tensor(&format!("{case}.gpt_latents"));
+    assert_eq!(generated.latents.shape(), shape);
+    max_abs_diff(
+        &format!("{case} gpt latents"),
+        &generated.latents.to_vec_f32(),
+        &latents,
+    );
+}
+
+#[test]
+fn greedy_codes_and_latents() {
+    let goldens = Goldens::load();
+    let tmp = tempfile::tempdir().unwrap();
+    let model = load_model(&model_dir(&goldens, tmp.path()));
+    check_case(&goldens, &model, "greedy");
+    check_case(&goldens, &model, "max_new_tokens");
+}
+
+#[test]
+fn sampled_codes_replay_the_recorded_uniforms() {
+    let goldens = Goldens::load();
+    let tmp = tempfile::tempdir().unwrap();
+    let model = load_model(&model_dir(&goldens, tmp.path()));
+    check_case(&goldens, &model, "sampled");
+}
