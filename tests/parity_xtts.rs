@@ -1,7 +1,9 @@
 //! XTTS-v2's GPT side against coqui-tts 0.28.0 (tests/goldens/xtts/, made by
 //! tools/goldens/xtts/make_goldens.py on `make-test-model --preset xtts-tiny`), f32 on
-//! libtorch (CPU): the cloning mel and the conditioning encoder on one chunk, the
-//! conditioning latents at the config's 30 s / 4 s chunks and at the 6 s / 6 s defaults, and
+//! libtorch (CPU): `load_audio` on a 24 kHz stereo clip (mono mix, torchaudio's resampling,
+//! clipping), the cloning mel and the conditioning encoder on one chunk, the conditioning
+//! latents at the config's 30 s / 4 s chunks and at the 6 s / 6 s defaults, and from two
+//! files peak-normalised (`get_conditioning_latents`), and
 //! the codes and GPT latents of a greedy case (stopped by the stop code), a greedy case cut by
 //! `max_new_tokens`, and a sampled case replayed on the reference's recorded uniforms.
 
@@ -11,10 +13,11 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use voxtral_tts::models::qwen3_tts::sampling::{Sampling, Uniforms};
 use voxtral_tts::models::xtts::cloning_mel::MELS;
-use voxtral_tts::models::xtts::conditioning::Conditioner;
+use voxtral_tts::models::xtts::conditioning::{CloningSettings, Conditioner};
 use voxtral_tts::models::xtts::folder::XttsFolder;
 use voxtral_tts::models::xtts::gpt::{GenerationParams, Gpt};
 use voxtral_tts::models::xtts::gpt_config::GptConfig;
+use voxtral_tts::models::xtts::reference_audio::load_audio;
 use voxtral_tts::nn::layers::Loader;
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::{DType, Tensor};
@@ -98,14 +101,20 @@ fn load_model(dir: &Path) -> Model {
     }
 }
 
-/// The reference clip as `load_audio` reads it: PCM16 / 32768.
-fn reference_clip() -> Vec<f32> {
-    let mut reader = hound::WavReader::open(goldens_dir().join("ref_22k.wav")).unwrap();
-    assert_eq!(reader.spec().sample_rate, 22_050);
-    reader
+/// A PCM16 WAV of the goldens as the reference reads it (int16 / 32768), through
+/// `load_audio`: mono at 22.05 kHz.
+fn loaded_clip(name: &str) -> Vec<f32> {
+    let mut reader = hound::WavReader::open(goldens_dir().join(name)).unwrap();
+    let spec = reader.spec();
+    let samples: Vec<f32> = reader
         .samples::<i16>()
         .map(|s| f32::from(s.unwrap()) / 32768.0)
-        .collect()
+        .collect();
+    load_audio(&samples, spec.channels as usize, spec.sample_rate)
+}
+
+fn reference_clip() -> Vec<f32> {
+    loaded_clip("ref_22k.wav")
 }
 
 /// `[1, len, channels]` values as `[1, channels, len]`.
@@ -161,6 +170,29 @@ fn cloning_mel_encoder_and_conditioning_latents() {
 
     let short = model.conditioner.gpt_cond_latents(&clip[..7000], 30, 4);
     assert!(short.is_err(), "under 0.33 s is refused");
+}
+
+#[test]
+fn load_audio_and_cloning_from_two_files() {
+    let goldens = Goldens::load();
+    let tmp = tempfile::tempdir().unwrap();
+    let model = load_model(&model_dir(&goldens, tmp.path()));
+    let second = loaded_clip("ref_24k_stereo.wav");
+    let (_, want) = goldens.tensor("load_audio.ref_24k_stereo");
+    max_abs_diff("load_audio 24 kHz stereo", &second, &want);
+
+    let settings = CloningSettings {
+        max_ref_len: 30,
+        gpt_cond_len: 30,
+        gpt_cond_chunk_len: 4,
+        sound_norm_refs: true,
+    };
+    let latents = model
+        .conditioner
+        .voice_latents(&[reference_clip(), second], &settings)
+        .unwrap();
+    let (_, want) = goldens.tensor("clone_two_files_norm.gpt_cond_latent");
+    max_abs_diff("two files, normalised", &latents.to_vec_f32(), &want);
 }
 
 /// Runs one generation case from the goldens' 30/4 conditioning latents.

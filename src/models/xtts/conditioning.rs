@@ -6,6 +6,7 @@
 
 use super::cloning_mel::{CloningMel, MELS, SAMPLE_RATE};
 use super::layers::{GroupNorm, Projection};
+use super::reference_audio::prepare_reference;
 use crate::nn::layers::{Linear, Loader};
 use crate::nn::LoadError;
 use crate::tensor::Tensor;
@@ -247,6 +248,36 @@ impl<T: Tensor> Conditioner<T> {
         }
         let sum = sum.ok_or(ConditioningError::TooShort)?;
         Ok(sum.scale(1.0 / chunks.len() as f32))
+    }
+}
+
+/// How reference clips become conditioning latents (`config.json`'s `max_ref_len`,
+/// `gpt_cond_len`, `gpt_cond_chunk_len`, `sound_norm_refs`; the reference function's own
+/// defaults are 30/6/6/false).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CloningSettings {
+    pub max_ref_len: usize,
+    pub gpt_cond_len: usize,
+    pub gpt_cond_chunk_len: usize,
+    pub sound_norm_refs: bool,
+}
+
+impl<T: Tensor> Conditioner<T> {
+    /// The GPT half of `get_conditioning_latents`: each clip (22.05 kHz, as `load_audio`
+    /// returns it) cut to `max_ref_len` seconds and optionally peak-normalised, the clips
+    /// concatenated, then [`Conditioner::gpt_cond_latents`].
+    pub fn voice_latents(
+        &self,
+        clips: &[Vec<f32>],
+        settings: &CloningSettings,
+    ) -> Result<T, ConditioningError> {
+        let audio: Vec<f32> = clips
+            .iter()
+            .flat_map(|clip| {
+                prepare_reference(clip, settings.max_ref_len, settings.sound_norm_refs)
+            })
+            .collect();
+        self.gpt_cond_latents(&audio, settings.gpt_cond_len, settings.gpt_cond_chunk_len)
     }
 }
 

@@ -11,9 +11,13 @@ the vocoder and speaker encoder (`hifigan_decoder.*`) may be missing from the fo
 here runs them.
 
 Everything runs through the reference's own functions, in float32 on the CPU:
-- the reference clip, a deterministic 22.05 kHz PCM16 WAV written here (`ref_22k.wav`), read
-  by `load_audio` (the torchaudio reader swapped for the `wave` module, same int16/32768
-  scaling: torchaudio 2.11 reads through torchcodec, which is not installed);
+- the reference clip, a deterministic 22.05 kHz PCM16 WAV written here (`ref_22k.wav`), and a
+  second one at 24 kHz in stereo (`ref_24k_stereo.wav`), read by `load_audio` (the torchaudio
+  reader swapped for the `wave` module, same int16/32768 scaling: torchaudio 2.11 reads
+  through torchcodec, which is not installed): the second's mono mix, 24 -> 22.05 kHz
+  resampling and clipping;
+- `get_conditioning_latents` over both files with `sound_norm_refs` (each cut, normalised,
+  concatenated);
 - `get_gpt_cond_latents` at the config's 30 s / 4 s chunks (two chunks here) and at the
   function's 6 s / 6 s defaults (one chunk); the last chunk's cloning mel and
   conditioning-encoder output, seen by forward hooks;
@@ -65,6 +69,21 @@ def reference_clip(path):
         w.setnchannels(1)
         w.setsampwidth(2)
         w.setframerate(SAMPLE_RATE)
+        w.writeframes(pcm.tobytes())
+
+
+def second_clip(path):
+    """A 24 kHz stereo PCM16 clip (different in each channel), for `load_audio`'s mono mix,
+    24 -> 22.05 kHz resampling and clipping, and for cloning from two files."""
+    rate, n = 24000, int(0.8 * 24000)
+    t = np.arange(n) / rate
+    left = 0.5 * np.sin(2 * np.pi * 220 * t) * np.sin(2 * np.pi * 1.3 * t)
+    right = 0.4 * np.sin(2 * np.pi * 330 * t + 0.5) + 0.05 * np.random.default_rng(11).standard_normal(n)
+    pcm = np.round(np.stack([left, right], axis=1) * 32767).astype("<i2")
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(2)
+        w.setsampwidth(2)
+        w.setframerate(rate)
         w.writeframes(pcm.tobytes())
 
 
@@ -173,6 +192,8 @@ def main():
     hooks = Hooks(model)
     clip = args.out / "ref_22k.wav"
     reference_clip(clip)
+    stereo = args.out / "ref_24k_stereo.wav"
+    second_clip(stereo)
     xtts_mod.torchaudio.load = read_wav
     audio = xtts_mod.load_audio(str(clip), SAMPLE_RATE)
     cfg = model.config
@@ -186,6 +207,16 @@ def main():
         tensors["clone_30_4.last_chunk.cond_encoder_out"] = hooks.encoder
         tensors["clone_30_4.gpt_cond_latent"] = latent_30_4
         tensors["clone_6_6.gpt_cond_latent"] = model.get_gpt_cond_latents(audio, SAMPLE_RATE, length=6, chunk_length=6)
+        tensors["load_audio.ref_24k_stereo"] = xtts_mod.load_audio(str(stereo), SAMPLE_RATE)
+        # Two files, the second loaded at 24 kHz, peak-normalised: the config's 30/4/30 cut.
+        two_files, _ = model.get_conditioning_latents(
+            audio_path=[str(clip), str(stereo)],
+            max_ref_length=cfg.max_ref_len,
+            gpt_cond_len=cfg.gpt_cond_len,
+            gpt_cond_chunk_len=cfg.gpt_cond_chunk_len,
+            sound_norm_refs=True,
+        )
+        tensors["clone_two_files_norm.gpt_cond_latent"] = two_files
 
         greedy = dict(do_sample=False, top_p=cfg.top_p, top_k=cfg.top_k, temperature=cfg.temperature)
         cases = {}
@@ -215,6 +246,7 @@ def main():
         "seed": args.seed,
         "checkpoint_sha256": hashlib.sha256((args.model / "model.safetensors").read_bytes()).hexdigest(),
         "clip": {"file": clip.name, "sample_rate": SAMPLE_RATE, "samples": audio.shape[-1]},
+        "second_clip": {"file": stereo.name, "sample_rate": 24000, "channels": 2},
         "settings": {
             "temperature": cfg.temperature,
             "top_k": cfg.top_k,
