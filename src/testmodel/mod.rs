@@ -19,10 +19,7 @@ pub use qwen3_tts::{
 #[cfg(test)]
 pub(crate) use tekken::generated as generated_tekken;
 pub use tekken::write_test_tekken;
-pub use xtts::{
-    cached_test_model as cached_xtts_test_model, make_test_model as make_xtts_test_model,
-    XttsPreset,
-};
+pub use xtts::{make_test_model as make_xtts_test_model, XttsPreset};
 
 use crate::models::voxtral_tts::params::{Config, ModelArgs};
 use crate::models::voxtral_tts::voices::VOICE_DIR;

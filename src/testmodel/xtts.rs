@@ -9,10 +9,10 @@
 //! others so that its logit tops the 1025 others now and then: greedy decoding stops by itself
 //! well before the length cap, as with the real model.
 
-use super::{cached_folder, write_safetensors, Init, Spec, Stored};
+use super::{write_safetensors, Init, Spec, Stored};
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The published `config.json` (coqui/XTTS-v2), whose field names the tiny one keeps.
 const PUBLISHED_CONFIG: &str = include_str!("../../tests/data/xtts/config.json");
@@ -22,15 +22,6 @@ pub enum XttsPreset {
     /// XTTS-v2 with a 2-layer, 64-wide GPT (4 heads); the perceiver keeps its 8 heads of 64.
     #[value(name = "xtts-tiny")]
     Tiny,
-}
-
-impl XttsPreset {
-    pub fn name(self) -> String {
-        clap::ValueEnum::to_possible_value(&self)
-            .expect("no skipped variants")
-            .get_name()
-            .to_string()
-    }
 }
 
 /// The GPT sizes of the tiny preset.
@@ -295,13 +286,6 @@ pub fn make_test_model(out: &Path, _preset: XttsPreset, seed: u64) -> Result<()>
         Stored::F32,
         &indicatif::ProgressBar::hidden(),
     )
-}
-
-/// A random checkpoint under `target/test-models/<generator>/<preset>-<seed>`, made on first use.
-pub fn cached_test_model(preset: XttsPreset, seed: u64) -> Result<PathBuf> {
-    cached_folder(&preset.name(), seed, "model.safetensors", |dir| {
-        make_test_model(dir, preset, seed)
-    })
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ fn group_count(channels: usize) -> usize {
         17..=64 => 16,
         _ => 32,
     };
-    while channels % groups != 0 {
+    while !channels.is_multiple_of(groups) {
         groups /= 2;
     }
     groups

@@ -81,11 +81,11 @@ impl GptConfig {
                 "false is XTTS v1, which is not supported (v2 has the perceiver)",
             ));
         }
-        if args.gpt_n_model_channels % args.gpt_n_heads != 0 {
+        if args.gpt_n_heads == 0 || !args.gpt_n_model_channels.is_multiple_of(args.gpt_n_heads) {
             return Err(LoadError::invalid(
                 file,
                 "model_args.gpt_n_heads",
-                "must divide gpt_n_model_channels",
+                "must be positive and divide gpt_n_model_channels",
             ));
         }
         if args.gpt_max_audio_tokens < 4 {
