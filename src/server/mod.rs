@@ -12,7 +12,7 @@ mod metrics;
 mod openapi;
 mod routes;
 mod state;
-mod voice_catalog;
+pub(crate) mod voice_catalog;
 pub mod voice_store;
 mod wyoming;
 
