@@ -649,3 +649,40 @@ async fn open_within(server: &Server, limit: Duration) -> Socket {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The official `openai` Python SDK's realtime client (tests/clients/openai_realtime_client.py)
+/// connects, updates the session, streams the audio, commits and reads the offline transcript.
+#[test]
+fn the_openai_sdks_realtime_client_transcribes() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let sdk = root.join(".deps/pyclient");
+    assert!(
+        sdk.join("openai").is_dir() && sdk.join("websockets").is_dir(),
+        "the openai SDK with its realtime extra is missing from {}: run scripts/setup.sh",
+        sdk.display()
+    );
+    let server = start(&[]);
+    let (pcm, sent) = pcm16(&chirp(36_000, 24_000, 100.0));
+    let (want, _) = offline_text(&sent);
+    let dir = tempfile::tempdir().unwrap();
+    let audio = dir.path().join("audio.pcm");
+    let bytes: Vec<u8> = pcm.iter().flat_map(|s| s.to_le_bytes()).collect();
+    std::fs::write(&audio, bytes).unwrap();
+    let run = std::process::Command::new("python3")
+        .arg(root.join("tests/clients/openai_realtime_client.py"))
+        .env("PYTHONPATH", &sdk)
+        .env("SERVER_BASE_URL", &server.base)
+        .env("MODEL", MODEL)
+        .env("AUDIO", &audio)
+        .env("EXPECTED", &want)
+        .output()
+        .expect("python3 is needed for the SDK client");
+    assert!(
+        run.status.success(),
+        "the SDK session failed:\n{}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr),
+        server.logs()
+    );
+    eprint!("{}", String::from_utf8_lossy(&run.stdout));
+}
