@@ -686,3 +686,27 @@ fn the_openai_sdks_realtime_client_transcribes() {
     );
     eprint!("{}", String::from_utf8_lossy(&run.stdout));
 }
+
+/// On SIGTERM an open session gets an `error` event and a close (1012), and the server exits:
+/// live sessions do not hold its transcription worker past the shutdown.
+#[test]
+fn a_shutdown_closes_open_sessions() {
+    let mut server = start(&[]);
+    runtime().block_on(async {
+        let mut ws = connect(&server, None).await.unwrap();
+        events_until(&mut ws, "session.created").await;
+        let (pcm, _) = pcm16(&chirp(12_000, 24_000, 100.0));
+        append(&mut ws, &pcm, 2400).await;
+        server.signal("-TERM");
+        let error = events_until(&mut ws, "error").await.pop().unwrap();
+        assert_eq!(error["error"]["code"], "server_shutting_down", "{error}");
+        match tokio::time::timeout(Duration::from_secs(30), ws.next())
+            .await
+            .unwrap()
+        {
+            Some(Ok(Message::Close(Some(frame)))) => assert_eq!(frame.code, CloseCode::Restart),
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+    });
+    assert!(server.wait_exit().success(), "{}", server.logs());
+}

@@ -241,6 +241,9 @@ impl OnBackend for Worker<'_> {
     }
 }
 
+/// Inbox messages taken between two decode steps, at most.
+const MESSAGES_PER_STEP: usize = 256;
+
 /// The worker's loop: takes what arrived, starts the next utterance when none runs, and runs
 /// one decode step over everything that has a position to decode; waits for the inbox when
 /// nothing has.
@@ -266,16 +269,20 @@ fn serve<T: Tensor>(model: &Transcriber<T>, worker: &Worker<'_>) {
                 Err(_) => return, // Every handle is gone: the server has stopped.
             }
         };
-        for message in first
+        // A bounded number, so that a flood of appends does not hold the step back.
+        let arrived = first
             .into_iter()
             .chain(std::iter::from_fn(|| worker.inbox.try_recv().ok()))
-        {
+            .take(MESSAGES_PER_STEP);
+        for message in arrived {
             match message {
                 Inbox::Job(job) => jobs.push_back(job),
                 Inbox::Live(command) => {
+                    let session = command.session();
                     let run = std::panic::AssertUnwindSafe(|| live.command(command, &mut decoder));
                     if std::panic::catch_unwind(run).is_err() {
-                        live.fail_all("the model panicked on this audio", &mut decoder);
+                        let message = "the model panicked on this audio";
+                        live.fail_session(session, message, &mut decoder);
                     }
                 }
             }

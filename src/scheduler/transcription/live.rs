@@ -48,6 +48,19 @@ pub enum LiveCommand {
     },
 }
 
+impl LiveCommand {
+    /// The session it is for.
+    pub fn session(&self) -> u64 {
+        match self {
+            LiveCommand::Open { session, .. }
+            | LiveCommand::Append { session, .. }
+            | LiveCommand::Commit { session }
+            | LiveCommand::Clear { session }
+            | LiveCommand::Close { session } => *session,
+        }
+    }
+}
+
 /// What the worker tells a connection.
 #[derive(Debug)]
 pub enum LiveEvent {
@@ -412,15 +425,28 @@ impl<'m, T: Tensor> LiveStreams<'m, T> {
     pub(super) fn fail_all(&mut self, message: &str, decoder: &mut BatchDecoder<'m, T>) {
         let ids: Vec<u64> = self.sessions.keys().copied().collect();
         for id in ids {
-            let s = self.sessions.get_mut(&id).expect("the session");
-            if let Some(item) = s.item.take() {
-                let item_id = item.id.clone();
-                self.end(item, decoder);
-                let s = self.sessions.get_mut(&id).expect("the session");
-                fail(s, item_id, message.to_string());
-            }
-            self.run_queued(id, decoder);
+            self.fail_session(id, message, decoder);
         }
+    }
+
+    /// Fails the session's open item, if any (a panic while it was being processed), frees
+    /// its slot and goes on with what the session sent next.
+    pub(super) fn fail_session(
+        &mut self,
+        session: u64,
+        message: &str,
+        decoder: &mut BatchDecoder<'m, T>,
+    ) {
+        let Some(s) = self.sessions.get_mut(&session) else {
+            return;
+        };
+        if let Some(item) = s.item.take() {
+            let item_id = item.id.clone();
+            self.end(item, decoder);
+            let s = self.sessions.get_mut(&session).expect("the session");
+            fail(s, item_id, message.to_string());
+        }
+        self.run_queued(session, decoder);
     }
 
     /// Frees the item's slot and counts its audio.

@@ -7,13 +7,15 @@
 //! (`conversation.item.input_audio_transcription.delta`), before the commit. A commit ends the
 //! item: `input_audio_buffer.committed`, `conversation.item.added` and `.done`, the last
 //! deltas, then `.completed` with the whole transcript. A bad event gets an `error` event and
-//! the session goes on.
+//! the session goes on. When the server shuts down, open sessions get an `error` event and
+//! are closed (code 1012); items not completed by then are lost.
 
 mod events;
 mod session;
 
 use crate::audio::input::{AudioInputError, StreamResampler};
 use crate::scheduler::transcription::live::{LiveEvent, LiveOpenError, LiveSession, WorkerStopped};
+use crate::server::drain::Drain;
 use crate::server::error::ApiError;
 use crate::server::state::{AppState, ServedTranscriber};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
@@ -25,6 +27,7 @@ use serde_json::{json, Value};
 use session::{SessionConfig, INPUT_RATE};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// The connection URL's query.
@@ -41,6 +44,10 @@ pub struct RealtimeQuery {
 const TRY_AGAIN_LATER: u16 = 1013;
 /// WebSocket close code 1011: the server cannot go on (its worker stopped).
 const INTERNAL_ERROR: u16 = 1011;
+/// WebSocket close code 1012: the server is restarting (shutting down).
+const SERVICE_RESTART: u16 = 1012;
+/// How often an open session checks whether the server is shutting down.
+const DRAIN_POLL: Duration = Duration::from_millis(250);
 
 /// Opens a live transcription session (WebSocket).
 ///
@@ -85,8 +92,9 @@ pub async fn realtime_websocket(
             })?,
         };
     let card = served.loaded()?;
+    let drain = app.drain.clone();
     Ok(upgrade.on_upgrade(move |socket| async move {
-        Connection::run(socket, served, card.sample_rate).await;
+        Connection::run(socket, served, card.sample_rate, drain).await;
     }))
 }
 
@@ -105,6 +113,7 @@ struct OpenItem {
 
 struct Connection {
     socket: WebSocket,
+    drain: Arc<Drain>,
     served: ServedTranscriber,
     sample_rate: u32,
     events: ServerEvents,
@@ -139,10 +148,16 @@ fn resampling(e: AudioInputError) -> Failure {
 }
 
 impl Connection {
-    async fn run(socket: WebSocket, served: ServedTranscriber, sample_rate: u32) {
+    async fn run(
+        socket: WebSocket,
+        served: ServedTranscriber,
+        sample_rate: u32,
+        drain: Arc<Drain>,
+    ) {
         let mut connection = Connection {
             config: SessionConfig::new(&served.id),
             socket,
+            drain,
             served,
             sample_rate,
             events: ServerEvents::default(),
@@ -172,8 +187,15 @@ impl Connection {
     ) -> Result<(), Closed> {
         let created = json!({"type": "session.created", "session": self.config.ga()});
         self.send(created).await?;
+        let mut drain_poll = tokio::time::interval(DRAIN_POLL);
         loop {
             tokio::select! {
+                _ = drain_poll.tick() => if self.drain.is_draining() {
+                    // Open sessions end with the server: they would otherwise hold its
+                    // transcription worker past the shutdown.
+                    let message = "The server is shutting down: reconnect to go on";
+                    return self.refuse("server_shutting_down", SERVICE_RESTART, message).await;
+                },
                 message = self.socket.recv() => match message {
                     Some(Ok(Message::Text(text))) => self.on_event(session, text.as_str()).await?,
                     Some(Ok(Message::Binary(_))) => {
