@@ -413,10 +413,11 @@ fn a_live_session_transcribes_as_offline_does() {
 }
 
 /// Commit needs audio; clear drops what was appended (its text included), and the next item
-/// transcribes only what follows.
+/// transcribes only what follows. An item longer than `max_transcription_seconds` fails
+/// (`.failed`), and the session goes on.
 #[test]
 fn clear_drops_the_buffer_and_an_empty_commit_is_an_error() {
-    let server = start(&[]);
+    let server = start(&[("VOXTRAL_MAX_TRANSCRIPTION_SECONDS", "2")]);
     let audio = chirp(24_000, 24_000, 100.0);
     let (pcm, sent) = pcm16(&audio);
     let (want, _) = offline_text(&sent);
@@ -437,11 +438,8 @@ fn clear_drops_the_buffer_and_an_empty_commit_is_an_error() {
 
         append(&mut ws, &noise_pcm, 2400).await;
         send_event(&mut ws, json!({"type": "input_audio_buffer.clear"})).await;
-        let cleared = events_until(&mut ws, "input_audio_buffer.cleared").await;
-        let dropped = cleared
-            .iter()
-            .find(|e| e["type"] == "conversation.item.input_audio_transcription.delta")
-            .map(|e| e["item_id"].as_str().unwrap().to_string());
+        // No event of the cleared item follows `cleared` (the checks on deltas below).
+        events_until(&mut ws, "input_audio_buffer.cleared").await;
         send_event(&mut ws, json!({"type": "input_audio_buffer.commit"})).await;
         let error = events_until(&mut ws, "error").await.pop().unwrap();
         assert_eq!(error["error"]["code"], "input_audio_buffer_commit_empty");
@@ -455,11 +453,51 @@ fn clear_drops_the_buffer_and_an_empty_commit_is_an_error() {
         .await;
         let completed = events.last().unwrap();
         let item = completed["item_id"].as_str().unwrap();
-        assert_ne!(Some(item.to_string()), dropped);
         assert_eq!(completed["transcript"], want.as_str());
         assert_eq!(deltas(&events, item), want);
         let seconds = completed["usage"]["seconds"].as_f64().unwrap();
         assert!((seconds - 1.0).abs() < 1e-3, "{seconds}");
+
+        // Past the positions of 2 s (and their pads) while it streams.
+        let (long, _) = pcm16(&chirp(24_000 * 5, 24_000, 100.0));
+        append(&mut ws, &long, 4800).await;
+        let failed = events_until(
+            &mut ws,
+            "conversation.item.input_audio_transcription.failed",
+        )
+        .await
+        .pop()
+        .unwrap();
+        let message = failed["error"]["message"].as_str().unwrap();
+        assert!(message.contains("too long"), "{failed}");
+        send_event(&mut ws, json!({"type": "input_audio_buffer.commit"})).await;
+        events_until(&mut ws, "input_audio_buffer.committed").await;
+        // Within them while it streams, past them once the commit pads it.
+        let (longish, _) = pcm16(&chirp(24_000 * 3, 24_000, 100.0));
+        append(&mut ws, &longish, 4800).await;
+        send_event(&mut ws, json!({"type": "input_audio_buffer.commit"})).await;
+        let events = events_until(
+            &mut ws,
+            "conversation.item.input_audio_transcription.failed",
+        )
+        .await;
+        let committed = events
+            .iter()
+            .find(|e| e["type"] == "input_audio_buffer.committed")
+            .expect("the commit's events first");
+        assert_eq!(committed["item_id"], events.last().unwrap()["item_id"]);
+        append(&mut ws, &pcm, 480).await;
+        send_event(&mut ws, json!({"type": "input_audio_buffer.commit"})).await;
+        let events = events_until(
+            &mut ws,
+            "conversation.item.input_audio_transcription.completed",
+        )
+        .await;
+        assert_eq!(events.last().unwrap()["transcript"], want.as_str());
+        assert!(
+            !events.iter().any(|e| e["item_id"] == failed["item_id"]),
+            "the failed item completes nothing"
+        );
     });
 }
 

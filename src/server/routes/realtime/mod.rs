@@ -25,6 +25,7 @@ use events::{ClientEvent, EventError, ServerEvents};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use session::{SessionConfig, INPUT_RATE};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -120,7 +121,13 @@ struct Connection {
     config: SessionConfig,
     item: Option<OpenItem>,
     previous_item: Option<Arc<str>>,
+    /// The last items cleared: the worker's events for them, sent before it had the clear,
+    /// are dropped.
+    cleared: VecDeque<Arc<str>>,
 }
+
+/// Cleared items remembered: the worker's events for one stop long before this many more.
+const CLEARED_KEPT: usize = 8;
 
 /// The socket is gone or the session cannot go on.
 struct Closed;
@@ -163,6 +170,7 @@ impl Connection {
             events: ServerEvents::default(),
             item: None,
             previous_item: None,
+            cleared: VecDeque::new(),
         };
         let opened = connection.served.queue.live().open();
         let (session, received) = match opened {
@@ -265,8 +273,12 @@ impl Connection {
             }
             ClientEvent::Commit => Some(self.commit(session)?),
             ClientEvent::Clear => {
-                if self.item.take().is_some() {
+                if let Some(item) = self.item.take() {
                     session.clear()?;
+                    if self.cleared.len() == CLEARED_KEPT {
+                        self.cleared.pop_front();
+                    }
+                    self.cleared.push_back(item.id);
                 }
                 Some(vec![json!({"type": "input_audio_buffer.cleared"})])
             }
@@ -324,6 +336,14 @@ impl Connection {
 
     async fn on_worker_event(&mut self, event: LiveEvent) -> Result<(), Closed> {
         const PREFIX: &str = "conversation.item.input_audio_transcription";
+        let item = match &event {
+            LiveEvent::Delta { item, .. }
+            | LiveEvent::Completed { item, .. }
+            | LiveEvent::Failed { item, .. } => item,
+        };
+        if self.cleared.contains(item) {
+            return Ok(());
+        }
         let body = match event {
             LiveEvent::Delta { item, text } => json!({"type": format!("{PREFIX}.delta"),
                 "item_id": item, "content_index": 0, "delta": text}),
