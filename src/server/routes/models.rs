@@ -102,7 +102,7 @@ fn models(app: &AppState) -> Vec<Model> {
             },
             family: card.as_ref().map(|c| c.family),
             capabilities: card.map(|c| Capabilities {
-                endpoints: vec!["/v1/audio/transcriptions"],
+                endpoints: vec!["/v1/audio/transcriptions", "/v1/realtime"],
                 voices: Vec::new(),
                 cloning: false,
                 instructions: false,
