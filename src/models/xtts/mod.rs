@@ -6,3 +6,4 @@
 pub mod checkpoint;
 pub mod convert;
 pub mod folder;
+pub mod speaker_encoder;
