@@ -2,16 +2,17 @@
 //! f32 on libtorch (CPU), on the project's random full-size `hifigan_decoder.*` checkpoint
 //! (src/testmodel/xtts_vocoder.rs, seed `SEED`). Goldens from
 //! tools/goldens/xtts/make_vocoder_goldens.py: the speaker front end's log-mel and the
-//! embedding of a 1 s synthetic clip.
+//! embedding of a 1 s synthetic clip, and the waveform of random latents.
 
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use voxtral_tts::models::xtts::hifigan::{interpolate_linear, DecoderRates, HifiGan};
 use voxtral_tts::models::xtts::speaker_encoder::SpeakerEncoder;
 use voxtral_tts::nn::checkpoint::Checkpoint;
 use voxtral_tts::nn::layers::Loader;
 use voxtral_tts::tensor::tch_backend::TchTensor;
-use voxtral_tts::tensor::DType;
+use voxtral_tts::tensor::{DType, Tensor};
 use voxtral_tts::testmodel::xtts_vocoder::{cached_hifigan_decoder, VOCODER_SAFETENSORS};
 
 const SEED: u64 = 18;
@@ -19,6 +20,7 @@ const SEED: u64 = 18;
 const LATENT_DIM: usize = 1024;
 const EMBEDDING_TOLERANCE: f32 = 1e-4;
 const LOG_MEL_TOLERANCE: f32 = 1e-4;
+const WAVEFORM_TOLERANCE: f32 = 1e-4;
 const CPU: tch::Device = tch::Device::Cpu;
 
 struct Golden {
@@ -106,4 +108,58 @@ fn a_clip_too_short_to_frame_is_an_error() {
     let encoder = SpeakerEncoder::load(&loader).unwrap();
     let err = encoder.embed(&[0.1; 200]).unwrap_err();
     assert!(err.to_string().contains("200 samples"), "{err}");
+}
+
+fn decoder(ckpt: &Checkpoint) -> HifiGan<TchTensor> {
+    let loader = Loader::<TchTensor>::new(ckpt, &CPU, DType::F32).scoped("hifigan_decoder.");
+    HifiGan::load(&loader, DecoderRates::PUBLISHED).unwrap()
+}
+
+#[test]
+fn hifigan_waveform_matches_coqui() {
+    let golden = Golden::load();
+    let ckpt = checkpoint(&golden);
+    let decoder = decoder(&ckpt);
+    let cond = decoder
+        .conditioning(&golden.f32s("speaker_embedding"))
+        .unwrap();
+    for frames in golden.json["latent_frames"].as_array().unwrap() {
+        let n = frames.as_u64().unwrap() as usize;
+        let latents = decoder.latents(&golden.f32s(&format!("latents_{n}")), n);
+        let wav = decoder.decode(&latents, &cond);
+        assert_eq!(wav.len(), decoder.frames_for(n) * 256);
+        let diff = max_abs_diff(&wav, &golden.f32s(&format!("wav_{n}")), "waveform");
+        println!("{n} latents: {} samples, max |diff| {diff:e}", wav.len());
+        assert!(diff < WAVEFORM_TOLERANCE, "{n} latents: max |diff| {diff}");
+    }
+}
+
+#[test]
+fn speed_stretch_of_the_latents_matches_coqui() {
+    let golden = Golden::load();
+    let ckpt = checkpoint(&golden);
+    let decoder = decoder(&ckpt);
+    let frames = golden.json["latent_frames"].as_array().unwrap();
+    let n = frames.last().unwrap().as_u64().unwrap() as usize;
+    let latents = decoder.latents(&golden.f32s(&format!("latents_{n}")), n);
+    let speed = golden.json["speed"].as_f64().unwrap();
+    let stretched = interpolate_linear(&latents, 1.0 / speed.max(0.05), &CPU);
+    let diff = max_abs_diff(
+        &stretched.to_vec_f32(),
+        &golden.f32s("latents_speed"),
+        "stretch",
+    );
+    println!(
+        "speed {speed}: {:?}, max |diff| {diff:e}",
+        stretched.shape()
+    );
+    assert!(diff < 1e-6, "max |diff| {diff}");
+}
+
+#[test]
+fn a_speaker_embedding_of_another_width_is_an_error() {
+    let golden = Golden::load();
+    let ckpt = checkpoint(&golden);
+    let err = decoder(&ckpt).conditioning(&[0.1; 256]).err().unwrap();
+    assert!(err.to_string().contains("256 values"), "{err}");
 }

@@ -6,4 +6,5 @@
 pub mod checkpoint;
 pub mod convert;
 pub mod folder;
+pub mod hifigan;
 pub mod speaker_encoder;
