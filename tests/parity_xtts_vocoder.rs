@@ -8,6 +8,7 @@ use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use voxtral_tts::models::xtts::hifigan::{interpolate_linear, DecoderRates, HifiGan};
+use voxtral_tts::models::xtts::hifigan_stream::HifiGanStream;
 use voxtral_tts::models::xtts::speaker_encoder::SpeakerEncoder;
 use voxtral_tts::nn::checkpoint::Checkpoint;
 use voxtral_tts::nn::layers::Loader;
@@ -21,6 +22,8 @@ const LATENT_DIM: usize = 1024;
 const EMBEDDING_TOLERANCE: f32 = 1e-4;
 const LOG_MEL_TOLERANCE: f32 = 1e-4;
 const WAVEFORM_TOLERANCE: f32 = 1e-4;
+/// Streamed against one whole decode: the same samples up to float rounding.
+const STREAMING_TOLERANCE: f32 = 1e-5;
 const CPU: tch::Device = tch::Device::Cpu;
 
 struct Golden {
@@ -162,4 +165,65 @@ fn a_speaker_embedding_of_another_width_is_an_error() {
     let ckpt = checkpoint(&golden);
     let err = decoder(&ckpt).conditioning(&[0.1; 256]).err().unwrap();
     assert!(err.to_string().contains("256 values"), "{err}");
+}
+
+/// Deterministic latents `[n, D]` of unit scale.
+fn latents(n: usize, dim: usize) -> Vec<f32> {
+    (0..n * dim)
+        .map(|i| ((i as f32 * 0.7548777).fract() - 0.5) * 3.0 + (i as f32 * 0.013).sin())
+        .collect()
+}
+
+/// Streams `values` in chunks of `chunk` latents; returns the samples and the chunk sizes.
+fn stream(
+    decoder: &HifiGan<TchTensor>,
+    stream: HifiGanStream<'_, TchTensor>,
+    values: &[f32],
+    chunk: usize,
+) -> (Vec<f32>, Vec<usize>) {
+    let mut stream = stream;
+    let mut out = Vec::new();
+    let mut sizes = Vec::new();
+    for piece in values.chunks(chunk * decoder.latent_dim()) {
+        let samples = stream.push(piece);
+        sizes.push(samples.len());
+        out.extend(samples);
+    }
+    let rest = stream.finish();
+    sizes.push(rest.len());
+    out.extend(rest);
+    (out, sizes)
+}
+
+#[test]
+fn streamed_decode_equals_the_whole_decode() {
+    let golden = Golden::load();
+    let ckpt = checkpoint(&golden);
+    let decoder = decoder(&ckpt);
+    let cond = decoder
+        .conditioning(&golden.f32s("speaker_embedding"))
+        .unwrap();
+    let n = 9;
+    let values = latents(n, decoder.latent_dim());
+    let whole = decoder.decode(&decoder.latents(&values, n), &cond);
+    let context = decoder.context_frames();
+    println!("context {context} frames each side");
+    let (streamed, sizes) = stream(&decoder, HifiGanStream::new(&decoder, &cond), &values, 3);
+    println!("chunk sizes {sizes:?}");
+    assert_eq!(streamed.len(), whole.len());
+    assert!(sizes.iter().filter(|&&s| s > 0).count() >= 2, "{sizes:?}");
+    let diff = max_abs_diff(&streamed, &whole, "stream");
+    println!("streamed vs whole: max |diff| {diff:e}");
+    assert!(diff < STREAMING_TOLERANCE, "max |diff| {diff}");
+
+    // Without context, the seams show: the context is what makes the stream exact.
+    let (seamed, _) = stream(
+        &decoder,
+        HifiGanStream::with_context(&decoder, &cond, 0),
+        &values,
+        3,
+    );
+    let diff = max_abs_diff(&seamed, &whole, "seamed stream");
+    println!("no context: max |diff| {diff:e}");
+    assert!(diff > 100.0 * STREAMING_TOLERANCE, "max |diff| {diff}");
 }

@@ -72,6 +72,13 @@ impl DecoderRates {
         })
     }
 
+    /// Decoder frames for `latents` GPT latents: `floor(floor(4n) · 24000/22050)`, 256
+    /// samples each.
+    pub fn frames_for(&self, latents: usize) -> usize {
+        let [a, b] = self.scales();
+        interpolated_len(interpolated_len(latents, a), b)
+    }
+
     /// The two interpolation scales, as Python computes them (doubles).
     fn scales(&self) -> [f64; 2] {
         [
@@ -437,10 +444,9 @@ impl<T: Tensor> HifiGan<T> {
         })
     }
 
-    /// Decoder frames for `latents` GPT latents: `floor(floor(4n) · 24000/22050)`.
+    /// Decoder frames for `latents` GPT latents (see [`DecoderRates::frames_for`]).
     pub fn frames_for(&self, latents: usize) -> usize {
-        let [a, b] = self.rates.scales();
-        interpolated_len(interpolated_len(latents, a), b)
+        self.rates.frames_for(latents)
     }
 
     /// Decoder frames `frames` of the resampled latents, from `window` `[m, D]` whose row 0 is
@@ -565,4 +571,51 @@ impl<T: Tensor> HifiGan<T> {
 /// The samples through tanh, on the host.
 fn finish<T: Tensor>(wav: &T) -> Vec<f32> {
     wav.to_vec_f32().into_iter().map(f32::tanh).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/xtts-v2-spec.md §6: 34 codes give 37 888 samples (verified on coqui-tts).
+    #[test]
+    fn output_length_rule() {
+        let rates = DecoderRates::PUBLISHED;
+        assert_eq!(rates.frames_for(34) * rates.output_hop_length, 37_888);
+        assert_eq!(rates.frames_for(9) * rates.output_hop_length, 9_984);
+        assert_eq!(rates.frames_for(0), 0);
+    }
+
+    #[test]
+    fn rates_from_config() {
+        let config = serde_json::json!({"model_args": {"output_sample_rate": 22050}});
+        let rates = DecoderRates::from_config(&config).unwrap();
+        assert_eq!(rates.output_sample_rate, 22_050);
+        assert_eq!(rates.input_sample_rate, 22_050);
+        // The same rates: the second interpolation keeps the length, as coqui skips it.
+        assert_eq!(rates.frames_for(5), 20);
+        let bad = serde_json::json!({"model_args": {"output_hop_length": "256"}});
+        let err = DecoderRates::from_config(&bad).unwrap_err().to_string();
+        assert!(err.contains("model_args.output_hop_length"), "{err}");
+    }
+
+    /// Each slice along the first axis gets norm `g`.
+    #[test]
+    fn weight_norm_folds_per_first_axis_slice() {
+        let v = [3.0f32, 4.0, 0.0, 1.0, 0.0, 0.0];
+        let w = fold_weight_norm(&[2.0, 0.5], &v);
+        assert_eq!(w, vec![1.2, 1.6, 0.0, 0.5, 0.0, 0.0]);
+    }
+
+    /// ATen's taps at the edges: source clamped at 0 below, the last frame repeated above.
+    #[test]
+    fn linear_taps_at_the_edges() {
+        let taps = LinearTaps::new(3, 4.0, 0..12);
+        assert_eq!(taps.first[..3], [0, 0, 0]);
+        assert_eq!(taps.second[..3], [1, 1, 1]);
+        assert_eq!(taps.second_weight[..3], [0.0, 0.0, 0.125]);
+        assert_eq!(taps.first[11], 2);
+        assert_eq!(taps.second[11], 2);
+        assert_eq!(taps.span(), 0..3);
+    }
 }
