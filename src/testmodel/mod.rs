@@ -13,8 +13,9 @@ mod voxtral_realtime;
 pub mod xtts_vocoder;
 
 pub use qwen3_tts::{
-    cached_test_model as cached_qwen3_test_model, make_test_model as make_qwen3_test_model,
-    Qwen3Preset,
+    cached_test_model as cached_qwen3_test_model,
+    make_published_size_model as make_qwen3_published_size_model,
+    make_test_model as make_qwen3_test_model, Qwen3Preset,
 };
 #[cfg(test)]
 pub(crate) use tekken::generated as generated_tekken;
