@@ -6,3 +6,5 @@
 pub mod checkpoint;
 pub mod convert;
 pub mod folder;
+pub mod text;
+pub mod tokenizer;
