@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use voxtral_tts::models::xtts::text::TextError;
+use voxtral_tts::models::xtts::text::{python_lower, TextError};
 use voxtral_tts::models::xtts::tokenizer::XttsTokenizer;
 use voxtral_tts::testmodel::xtts_vocab_json;
 
@@ -143,4 +143,24 @@ fn refusals_name_the_language_and_what_to_do() {
     );
     let huge = tokenizer.encode(&"9".repeat(400), "en").unwrap_err();
     assert!(matches!(huge, TextError::NumberNotReadable(_)), "{huge}");
+}
+
+#[test]
+fn lowercase_is_pythons_for_every_character() {
+    let text = std::fs::read_to_string(goldens().join("tokenizer_cases.json")).unwrap();
+    let document: Value = serde_json::from_str(&text).unwrap();
+    let lowered = document["python_lower"].as_object().unwrap();
+    let mut differences = Vec::new();
+    for c in (0..0x110000).filter_map(char::from_u32) {
+        let expected = lowered
+            .get(&(c as u32).to_string())
+            .map_or(c.to_string(), |v| v.as_str().unwrap().to_string());
+        if python_lower(&c.to_string()) != expected {
+            differences.push(format!("U+{:04X}", c as u32));
+        }
+    }
+    assert!(
+        differences.is_empty(),
+        "str.lower() differs on {differences:?}"
+    );
 }

@@ -24,7 +24,7 @@ OUT = ROOT / "tests/goldens/xtts"
 
 # Languages whose numbers are expanded on the Rust side; the others only without digits.
 NUMBER_LANGUAGES = {"en"}
-ROMANISED = {"zh-cn", "ja", "ko"}
+ROMANISED = {"zh-cn", "ja"}
 
 COMMON = [
     "Hello world.",
@@ -87,7 +87,10 @@ PER_LANGUAGE = {
     "hi": ["नमस्ते दुनिया। आप कैसे हैं? & @ % # $ £ °", "मेरे पास बैटरी है।"],
     "zh-cn": ["你好，世界。"],
     "ja": ["こんにちは世界"],
-    "ko": ["안녕하세요 세계"],
+    "ko": [
+        "안녕하세요 세계. 물엿, 국어 신라 한국말! 좋아요? 각가 ㄱ 앉아 & @ % # $ £ °",
+        "Hangul 한글 and ASCII mixed, 읽다 밝은 닭 값을 없어요.",
+    ],
 }
 
 # Digits in languages whose numbers are not done: the Rust side refuses them.
@@ -98,6 +101,7 @@ NUMBERS_ELSEWHERE = {
     "ru": "Там было 50 солдат.",
     "ar": "كان هناك ٣ كتب.",
     "hi": "50 सैनिक थे।",
+    "ko": "50 명의 병사가 있었다.",
 }
 
 
@@ -158,10 +162,23 @@ def main():
     for text in random_cases(rng, 25, "абвгджнр-. ГДЖНР&@%", ["г-н", "Г-жа", "д-р", " ", "."]):
         add("ru", text, paths=("encode",))
 
-    versions = {name: metadata.version(name) for name in ["coqui-tts", "num2words", "tokenizers"]}
+    syllables = [chr(c) for c in range(0xAC00, 0xD7A4)]
+    for text in random_cases(rng, 40, syllables + [" ", ".", "a", "ㄱ"], ["아", "이", "앙", "각가", " "]):
+        add("ko", text, paths=("encode",))
+
+    versions = {name: metadata.version(name) for name in ["coqui-tts", "num2words", "tokenizers", "ko-speech-tools"]}
     # One case a line: small, and a diff shows which cases moved.
     lines = ",\n".join(json.dumps(case, ensure_ascii=False) for case in cases)
-    text = f'{{"versions": {json.dumps(versions)},\n"cases": [\n{lines}\n]}}\n'
+    # Every character str.lower() changes (one at a time): what the cleaners' lowercasing must do.
+    lowered = {
+        str(code): chr(code).lower()
+        for code in range(0x110000)
+        if not 0xD800 <= code < 0xE000 and chr(code).lower() != chr(code)
+    }
+    text = (
+        f'{{"versions": {json.dumps(versions)},\n"python_lower": {json.dumps(lowered, ensure_ascii=False)},\n'
+        f'"cases": [\n{lines}\n]}}\n'
+    )
     (OUT / "tokenizer_cases.json").write_text(text)
     print(f"wrote {len(cases)} cases to {OUT / 'tokenizer_cases.json'}")
 

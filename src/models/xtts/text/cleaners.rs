@@ -1,8 +1,10 @@
 //! coqui's `multilingual_cleaners` and `preprocess_text` (`TTS/tts/layers/xtts/tokenizer.py`,
 //! coqui-tts 0.28.0), step by step: drop `"`, the Turkish capital fixes, Python's `lower()`,
-//! numbers ([`super::numbers`]), abbreviations, symbols, whitespace. The word lists are the
+//! numbers ([`super::numbers`]), abbreviations, symbols, whitespace; then Korean is
+//! romanised ([`super::hangul`]). The word lists are the
 //! reference's, in its order (each replacement runs over the previous one's output).
 
+use super::hangul;
 use super::language::{Language, TextError};
 use super::numbers;
 use super::python_chars::{self, is_boundary, is_space};
@@ -288,8 +290,8 @@ const SYMBOLS: [char; 7] = ['&', '@', '%', '#', '$', '£', '°'];
 pub fn preprocess(text: &str, language: Language) -> Result<String, TextError> {
     let needs = match language {
         Language::Zh => "Chinese number normalisation and pypinyin transliteration",
-        Language::Ko => "hangul romanisation",
         Language::Ja => "cutlet romanisation (MeCab)",
+        Language::Ko => return Ok(hangul::romanize(&multilingual_cleaners(text, language)?)),
         _ => return multilingual_cleaners(text, language),
     };
     Err(TextError::NeedsRomanization { language, needs })
@@ -418,9 +420,13 @@ mod tests {
     }
 
     #[test]
-    fn turkish_capitals_and_romanised_languages() {
+    fn turkish_capitals_korean_and_the_refused_languages() {
         assert_eq!(clean("İSTANBUL ÖĞLE ÜZÜM", "tr"), "istanbul öğle üzüm");
-        for language in ["zh-cn", "ja", "ko"] {
+        assert_eq!(
+            clean("안녕하세요 & 물엿", "ko"),
+            "annyeonghase-yo geuligo mul-yeos"
+        );
+        for language in ["zh-cn", "ja"] {
             let error = preprocess("text", Language::parse(language).unwrap()).unwrap_err();
             assert!(
                 matches!(error, TextError::NeedsRomanization { .. }),

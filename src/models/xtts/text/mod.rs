@@ -6,11 +6,13 @@
 //! |---|---|---|
 //! | en | yes | cardinals, ordinals, decimals, £ $ € amounts, thousands commas |
 //! | es fr de it pt pl tr ru nl cs ar hu hi | yes | refused: "spell the numbers out" |
-//! | zh-cn, ja, ko | refused (pypinyin, cutlet, hangul romanisation) | |
+//! | ko | yes, then hangul romanisation | refused |
+//! | zh-cn, ja | refused (pypinyin, cutlet with MeCab) | |
 //!
 //! Refusals are [`TextError`]s, a 400 naming the language and what to change.
 
 mod cleaners;
+mod hangul;
 mod language;
 mod num2words_en;
 mod numbers;

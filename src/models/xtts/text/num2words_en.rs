@@ -98,7 +98,7 @@ fn cardinal_of(digits: &str) -> String {
         let n: usize = digits.parse().unwrap();
         return match n {
             0..20 => SMALL[n].to_string(),
-            _ if n % 10 == 0 => TENS[n / 10 - 2].to_string(),
+            _ if n.is_multiple_of(10) => TENS[n / 10 - 2].to_string(),
             _ => format!("{}-{}", TENS[n / 10 - 2], SMALL[n % 10]),
         };
     }
