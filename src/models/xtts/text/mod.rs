@@ -4,8 +4,8 @@
 //!
 //! | languages | cleaned exactly | numbers |
 //! |---|---|---|
-//! | en | yes | cardinals, ordinals, decimals, £ $ € amounts, thousands commas |
-//! | es fr de it pt pl tr ru nl cs ar hu hi | yes | refused: "spell the numbers out" |
+//! | en, fr | yes | cardinals, ordinals, decimals, £ $ € amounts, thousands separators |
+//! | es de it pt pl tr ru nl cs ar hu hi | yes | refused: "spell the numbers out" |
 //! | ko | yes, then hangul romanisation | refused |
 //! | zh-cn, ja | refused (pypinyin, cutlet with MeCab) | |
 //!
@@ -14,7 +14,7 @@
 mod cleaners;
 mod hangul;
 mod language;
-mod num2words_en;
+mod num2words;
 mod numbers;
 mod python_chars;
 mod python_chars_table;

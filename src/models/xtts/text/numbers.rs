@@ -1,25 +1,33 @@
-//! coqui's `expand_numbers_multilingual`, done for English only: the other languages' number
-//! words come from `num2words` modules not reproduced here, so their text is refused as soon
-//! as it holds a digit (anything Python's `\d` matches, the only way that step changes text).
+//! coqui's `expand_numbers_multilingual`, done for English and French: the other languages'
+//! number words come from `num2words` modules not reproduced here, so their text is refused
+//! as soon as it holds a digit (anything Python's `\d` matches, the only way that step
+//! changes text).
 //!
-//! English, in the reference's order, each a `re.sub` over the previous one's output:
-//! 1. commas out of `\b\d{1,3}(,\d{3})*(\.\d+)?\b` ("1,234.5" to "1234.5");
+//! In the reference's order, each a `re.sub` over the previous one's output:
+//! 1. English: commas out of `\b\d{1,3}(,\d{3})*(\.\d+)?\b` ("1,234.5" to "1234.5");
+//!    French: dots out of `\b\d{1,3}(.\d{3})*(\,\d+)?\b`, whose unescaped `.` is any
+//!    character ("1.234,5" to "1234,5");
 //! 2. £, $ and € amounts, before or after the number, through `num2words(to="currency")`;
 //!    an amount the reference fails on (two points, past 28 digits) makes it skip the rest
 //!    of the currency step, kept as it does;
 //! 3. decimals `[0-9]+[.,][0-9]+` through `num2words(float)`;
-//! 4. ordinals `[0-9]+(st|nd|rd|th)` (the suffix is not checked against the number);
+//! 4. ordinals: a digit run then the language's first matching suffix (English `st nd rd
+//!    th`, French `º ª er re e ème`), not checked against the number;
 //! 5. the remaining digit runs as cardinals.
 
 use super::language::{Language, TextError};
-use super::num2words_en::{self, Currency};
+use super::num2words::{self, currency_words, float_words, Currency, NumberWords};
 use super::python_chars::{is_boundary, is_decimal};
+use num2words::en::English;
+use num2words::fr::French;
 
 /// The text with its numbers in words, or the error the reference would raise (a number
 /// too long for Python's `int`, past `num2words`' largest) or a language not done here.
 pub fn expand(text: &str, language: Language) -> Result<String, TextError> {
-    if language == Language::En {
-        return expand_english(text);
+    match language {
+        Language::En => return expand_with(text, &English, &ENGLISH_ORDINALS, Separators::English),
+        Language::Fr => return expand_with(text, &French, &FRENCH_ORDINALS, Separators::European),
+        _ => {}
     }
     match text.find(is_decimal) {
         None => Ok(text.to_string()),
@@ -33,22 +41,38 @@ pub fn expand(text: &str, language: Language) -> Result<String, TextError> {
     }
 }
 
-fn expand_english(text: &str) -> Result<String, TextError> {
-    let text = remove_thousands_commas(&chars(text));
-    let mut text = text;
+const ENGLISH_ORDINALS: [&str; 4] = ["st", "nd", "rd", "th"];
+const FRENCH_ORDINALS: [&str; 6] = ["º", "ª", "er", "re", "e", "ème"];
+
+/// Which thousands separators step 1 removes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Separators {
+    /// Commas, with a point before the decimals (English and Russian).
+    English,
+    /// Dots (any character as the separator), with a comma before the decimals.
+    European,
+}
+
+fn expand_with(
+    text: &str,
+    words: &dyn NumberWords,
+    ordinal_suffixes: &[&str],
+    separators: Separators,
+) -> Result<String, TextError> {
+    let mut text = remove_separators(&chars(text), separators);
     for (symbol, currency) in [
         ('£', Currency::Gbp),
         ('$', Currency::Usd),
         ('€', Currency::Eur),
     ] {
-        match expand_currency(&chars(&text), symbol, currency) {
+        match expand_currency(&chars(&text), symbol, currency, words) {
             Some(expanded) => text = expanded,
             None => break,
         }
     }
-    let text = expand_decimals(&chars(&text))?;
-    let text = expand_ordinals(&chars(&text))?;
-    expand_cardinals(&chars(&text))
+    let text = expand_decimals(&chars(&text), words)?;
+    let text = expand_ordinals(&chars(&text), words, ordinal_suffixes)?;
+    expand_cardinals(&chars(&text), words)
 }
 
 fn chars(text: &str) -> Vec<char> {
@@ -63,9 +87,13 @@ fn run(chars: &[char], at: usize, class: impl Fn(char) -> bool) -> usize {
         .count()
 }
 
-/// End of a `\b\d{1,3}(,\d{3})*(\.\d+)?\b` match starting at `at`, trying the choices in the
-/// order Python's backtracking does.
-fn thousands_match(chars: &[char], at: usize) -> Option<usize> {
+/// End of a `\b\d{1,3}(,\d{3})*(\.\d+)?\b` match (English) or `\b\d{1,3}(.\d{3})*(\,\d+)?\b`
+/// (European) starting at `at`, trying the choices in the order Python's backtracking does.
+fn thousands_match(chars: &[char], at: usize, separators: Separators) -> Option<usize> {
+    let (is_separator, decimal_mark): (fn(char) -> bool, char) = match separators {
+        Separators::English => (|c| c == ',', '.'),
+        Separators::European => (|c| c != '\n', ','),
+    };
     let before = at.checked_sub(1).map(|i| chars[i]);
     if !is_boundary(before, chars.get(at).copied()) {
         return None;
@@ -77,14 +105,16 @@ fn thousands_match(chars: &[char], at: usize) -> Option<usize> {
         let mut group_ends = vec![at + lead];
         loop {
             let end = *group_ends.last().unwrap();
-            if chars.get(end) == Some(&',') && run(chars, end + 1, is_decimal) >= 3 {
+            if chars.get(end).is_some_and(|&c| is_separator(c))
+                && run(chars, end + 1, is_decimal) >= 3
+            {
                 group_ends.push(end + 4);
             } else {
                 break;
             }
         }
         for &end in group_ends.iter().rev() {
-            if chars.get(end) == Some(&'.') {
+            if chars.get(end) == Some(&decimal_mark) {
                 let digits = run(chars, end + 1, is_decimal);
                 for length in (1..=digits).rev() {
                     if ends_at_boundary(end + 1 + length) {
@@ -100,14 +130,19 @@ fn thousands_match(chars: &[char], at: usize) -> Option<usize> {
     None
 }
 
-/// `re.sub(_comma_number_re, _remove_commas, text)`.
-fn remove_thousands_commas(chars: &[char]) -> String {
+/// `re.sub(_comma_number_re, _remove_commas, text)` (English) or
+/// `re.sub(_dot_number_re, _remove_dots, text)` (European).
+fn remove_separators(chars: &[char], separators: Separators) -> String {
+    let removed = match separators {
+        Separators::English => ',',
+        Separators::European => '.',
+    };
     let mut out = String::with_capacity(chars.len());
     let mut at = 0;
     while at < chars.len() {
-        match thousands_match(chars, at) {
+        match thousands_match(chars, at, separators) {
             Some(end) => {
-                out.extend(chars[at..end].iter().filter(|&&c| c != ','));
+                out.extend(chars[at..end].iter().filter(|&&c| c != removed));
                 at = end;
             }
             None => {
@@ -140,7 +175,12 @@ fn currency_match(chars: &[char], at: usize, symbol: char) -> Option<usize> {
 
 /// One currency's `re.sub`, or None where the reference's raises (its text is then dropped,
 /// with every later currency).
-fn expand_currency(chars: &[char], symbol: char, currency: Currency) -> Option<String> {
+fn expand_currency(
+    chars: &[char],
+    symbol: char,
+    currency: Currency,
+    words: &dyn NumberWords,
+) -> Option<String> {
     let mut out = String::with_capacity(chars.len());
     let mut at = 0;
     while at < chars.len() {
@@ -151,10 +191,8 @@ fn expand_currency(chars: &[char], symbol: char, currency: Currency) -> Option<S
                     .filter(|&&c| c != symbol)
                     .map(|&c| if c == ',' { '.' } else { c })
                     .collect();
-                out.push_str(&num2words_en::currency(
-                    num2words_en::parse_float(&amount)?,
-                    currency,
-                )?);
+                let amount = num2words::parse_float(&amount)?;
+                out.push_str(&currency_words(words, amount, currency)?);
                 at = end;
             }
             None => {
@@ -167,7 +205,7 @@ fn expand_currency(chars: &[char], symbol: char, currency: Currency) -> Option<S
 }
 
 /// `re.sub(r"([0-9]+[.,][0-9]+)", ...)`: a digit run, one point or comma, a digit run.
-fn expand_decimals(chars: &[char]) -> Result<String, TextError> {
+fn expand_decimals(chars: &[char], words: &dyn NumberWords) -> Result<String, TextError> {
     let mut out = String::with_capacity(chars.len());
     let mut at = 0;
     while at < chars.len() {
@@ -177,9 +215,9 @@ fn expand_decimals(chars: &[char]) -> Result<String, TextError> {
         if whole > 0 && matches!(chars.get(separator), Some('.' | ',')) && fraction > 0 {
             let end = separator + 1 + fraction;
             let source: String = chars[at..end].iter().collect();
-            let value = num2words_en::parse_float(&source.replace(',', "."))
-                .ok_or_else(|| TextError::NumberNotReadable(source.chars().take(40).collect()))?;
-            out.push_str(&num2words_en::cardinal_float(value, &source)?);
+            let value = num2words::parse_float(&source.replace(',', "."))
+                .ok_or_else(|| num2words::unreadable(&source))?;
+            out.push_str(&float_words(words, value, &source)?);
             at = end;
         } else {
             // Inside a digit run the match would end at the same place: skip the run.
@@ -191,20 +229,26 @@ fn expand_decimals(chars: &[char]) -> Result<String, TextError> {
     Ok(out)
 }
 
-/// `re.sub(r"([0-9]+)(st|nd|rd|th)", ...)`.
-fn expand_ordinals(chars: &[char]) -> Result<String, TextError> {
+/// `re.sub(r"([0-9]+)(st|nd|rd|th)", ...)` and its French form: the first suffix, in the
+/// pattern's order, that follows the whole digit run.
+fn expand_ordinals(
+    chars: &[char],
+    words: &dyn NumberWords,
+    suffixes: &[&str],
+) -> Result<String, TextError> {
     let mut out = String::with_capacity(chars.len());
     let mut at = 0;
     while at < chars.len() {
         let digits = run(chars, at, |c| c.is_ascii_digit());
-        let suffix: String = chars[(at + digits).min(chars.len())..]
+        let after: String = chars[(at + digits).min(chars.len())..]
             .iter()
-            .take(2)
+            .take(3)
             .collect();
-        if digits > 0 && matches!(suffix.as_str(), "st" | "nd" | "rd" | "th") {
+        let suffix = suffixes.iter().find(|suffix| after.starts_with(**suffix));
+        if let (true, Some(suffix)) = (digits > 0, suffix) {
             let number: String = chars[at..at + digits].iter().collect();
-            out.push_str(&num2words_en::ordinal(&number)?);
-            at += digits + 2;
+            out.push_str(&words.ordinal(&number)?);
+            at += digits + suffix.chars().count();
         } else {
             let skip = digits.max(1);
             out.extend(&chars[at..at + skip]);
@@ -215,14 +259,14 @@ fn expand_ordinals(chars: &[char]) -> Result<String, TextError> {
 }
 
 /// `re.sub(r"[0-9]+", ...)`.
-fn expand_cardinals(chars: &[char]) -> Result<String, TextError> {
+fn expand_cardinals(chars: &[char], words: &dyn NumberWords) -> Result<String, TextError> {
     let mut out = String::with_capacity(chars.len());
     let mut at = 0;
     while at < chars.len() {
         let digits = run(chars, at, |c| c.is_ascii_digit());
         if digits > 0 {
             let number: String = chars[at..at + digits].iter().collect();
-            out.push_str(&num2words_en::cardinal(&number)?);
+            out.push_str(&words.cardinal(&number)?);
             at += digits;
         } else {
             out.push(chars[at]);
@@ -269,12 +313,41 @@ mod tests {
     #[test]
     fn commas_only_in_thousands_groups() {
         assert_eq!(
-            remove_thousands_commas(&chars("1,234,567 and 12,34 and 1234,567")),
+            remove_separators(
+                &chars("1,234,567 and 12,34 and 1234,567"),
+                Separators::English
+            ),
             "1234567 and 12,34 and 1234,567"
         );
         assert_eq!(
-            remove_thousands_commas(&chars("a1,234 1,234a 1,234.5x")),
+            remove_separators(&chars("a1,234 1,234a 1,234.5x"), Separators::English),
             "a1,234 1,234a 1234.5x"
+        );
+    }
+
+    #[test]
+    fn the_reference_own_french_cases() {
+        let french = |text| expand(text, Language::Fr).unwrap();
+        assert_eq!(
+            french("en 12,5 secondes."),
+            "en douze virgule cinq secondes."
+        );
+        assert_eq!(french("ceci est un 1er test"), "ceci est un premier test");
+        assert_eq!(
+            french("cela vous fera $20 monsieur."),
+            "cela vous fera vingt dollars monsieur."
+        );
+        assert_eq!(
+            french("cela vous fera 20,15€ monsieur."),
+            "cela vous fera vingt euros et quinze centimes monsieur."
+        );
+        assert_eq!(
+            french("ce sera 100.000,5."),
+            "ce sera cent mille virgule cinq."
+        );
+        assert_eq!(
+            remove_separators(&chars("1 234 5x678"), Separators::European),
+            "1 234 5x678"
         );
     }
 
