@@ -165,3 +165,43 @@ fn lowercase_is_pythons_for_every_character() {
         "str.lower() differs on {differences:?}"
     );
 }
+
+/// Random text over digits, separators, currency signs, letters of the 17 languages and all
+/// of Unicode, in every language: an id list or a `TextError`, never a panic.
+#[test]
+fn any_text_encodes_or_is_refused() {
+    const POOL: &str = "0123456789.,;:$£€%&@#°-' \t\n\u{a0}aAzZéÉİıſßΣσкКاअ가각ㄱ漢ºª";
+    let pool: Vec<char> = POOL.chars().collect();
+    let tokenizer = tokenizer();
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for round in 0..3000 {
+        let length = (next() % 60) as usize;
+        let text: String = (0..length)
+            .map(|_| match next() % 10 {
+                0 => char::from_u32((next() % 0x11_0000) as u32).unwrap_or('?'),
+                1 => '9',
+                _ => pool[(next() % pool.len() as u64) as usize],
+            })
+            .collect();
+        for language in voxtral_tts::models::xtts::text::Language::ALL {
+            let name = if language.code() == "zh" {
+                "zh-cn"
+            } else {
+                language.code()
+            };
+            if let Ok(encoded) = tokenizer.encode(&text, name) {
+                assert_eq!(
+                    encoded.ids.first(),
+                    tokenizer.token_id(&language.tag()).as_ref(),
+                    "{round}"
+                );
+            }
+        }
+    }
+}

@@ -36,6 +36,10 @@ impl XttsTokenizer {
                 return Err(format!("vocab.json has no {token} token"));
             }
         }
+        // A character outside the vocabulary must come out as [UNK], so encoding cannot fail.
+        tokenizer
+            .encode("[en]a\u{10FFFF}", false)
+            .map_err(|e| format!("vocab.json cannot encode an unknown character: {e}"))?;
         Ok(XttsTokenizer { tokenizer })
     }
 
@@ -78,7 +82,7 @@ impl XttsTokenizer {
         let encoding = self
             .tokenizer
             .encode(marked, false)
-            .expect("a BPE with an unknown token encodes any text");
+            .expect("checked at load: the BPE encodes unknown characters as [UNK]");
         Ok(Encoded {
             cleaned,
             ids: encoding.get_ids().to_vec(),
