@@ -4,8 +4,8 @@
 //!
 //! | languages | cleaned exactly | numbers |
 //! |---|---|---|
-//! | en, fr | yes | cardinals, ordinals, decimals, £ $ € amounts, thousands separators |
-//! | es de it pt pl tr ru nl cs ar hu hi | yes | refused: "spell the numbers out" |
+//! | en, fr, de | yes | cardinals, ordinals, decimals, £ $ € amounts, thousands separators |
+//! | es it pt pl tr ru nl cs ar hu hi | yes | refused: "spell the numbers out" |
 //! | ko | yes, then hangul romanisation | refused |
 //! | zh-cn, ja | refused (pypinyin, cutlet with MeCab) | |
 //!

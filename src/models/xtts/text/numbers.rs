@@ -1,23 +1,25 @@
-//! coqui's `expand_numbers_multilingual`, done for English and French: the other languages'
-//! number words come from `num2words` modules not reproduced here, so their text is refused
+//! coqui's `expand_numbers_multilingual`, done for English, French and German: the other
+//! languages' number words come from `num2words` modules not reproduced here, so their text is refused
 //! as soon as it holds a digit (anything Python's `\d` matches, the only way that step
 //! changes text).
 //!
 //! In the reference's order, each a `re.sub` over the previous one's output:
 //! 1. English: commas out of `\b\d{1,3}(,\d{3})*(\.\d+)?\b` ("1,234.5" to "1234.5");
-//!    French: dots out of `\b\d{1,3}(.\d{3})*(\,\d+)?\b`, whose unescaped `.` is any
+//!    French and German: dots out of `\b\d{1,3}(.\d{3})*(\,\d+)?\b`, whose unescaped `.` is any
 //!    character ("1.234,5" to "1234,5");
 //! 2. £, $ and € amounts, before or after the number, through `num2words(to="currency")`;
 //!    an amount the reference fails on (two points, past 28 digits) makes it skip the rest
 //!    of the currency step, kept as it does;
 //! 3. decimals `[0-9]+[.,][0-9]+` through `num2words(float)`;
 //! 4. ordinals: a digit run then the language's first matching suffix (English `st nd rd
-//!    th`, French `º ª er re e ème`), not checked against the number;
+//!    th`, French `º ª er re e ème`, German `st nd rd th º ª` or a dot before a space or the
+//!    end), not checked against the number;
 //! 5. the remaining digit runs as cardinals.
 
 use super::language::{Language, TextError};
 use super::num2words::{self, currency_words, float_words, Currency, NumberWords};
-use super::python_chars::{is_boundary, is_decimal};
+use super::python_chars::{is_boundary, is_decimal, is_space};
+use num2words::de::German;
 use num2words::en::English;
 use num2words::fr::French;
 
@@ -27,6 +29,7 @@ pub fn expand(text: &str, language: Language) -> Result<String, TextError> {
     match language {
         Language::En => return expand_with(text, &English, &ENGLISH_ORDINALS, Separators::English),
         Language::Fr => return expand_with(text, &French, &FRENCH_ORDINALS, Separators::European),
+        Language::De => return expand_with(text, &German, &GERMAN_ORDINALS, Separators::European),
         _ => {}
     }
     match text.find(is_decimal) {
@@ -43,6 +46,8 @@ pub fn expand(text: &str, language: Language) -> Result<String, TextError> {
 
 const ENGLISH_ORDINALS: [&str; 4] = ["st", "nd", "rd", "th"];
 const FRENCH_ORDINALS: [&str; 6] = ["º", "ª", "er", "re", "e", "ème"];
+/// German's last suffix is a dot followed by whitespace or the end (`\.(?=\s|$)`).
+const GERMAN_ORDINALS: [&str; 7] = ["st", "nd", "rd", "th", "º", "ª", "."];
 
 /// Which thousands separators step 1 removes.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -244,7 +249,10 @@ fn expand_ordinals(
             .iter()
             .take(3)
             .collect();
-        let suffix = suffixes.iter().find(|suffix| after.starts_with(**suffix));
+        let dot_ends_a_word = after.chars().nth(1).is_none_or(is_space);
+        let suffix = suffixes
+            .iter()
+            .find(|&&suffix| after.starts_with(suffix) && (suffix != "." || dot_ends_a_word));
         if let (true, Some(suffix)) = (digits > 0, suffix) {
             let number: String = chars[at..at + digits].iter().collect();
             out.push_str(&words.ordinal(&number)?);
@@ -349,6 +357,18 @@ mod tests {
             remove_separators(&chars("1 234 5x678"), Separators::European),
             "1 234 5x678"
         );
+    }
+
+    #[test]
+    fn the_reference_own_german_cases() {
+        let german = |text| expand(text, Language::De).unwrap();
+        assert_eq!(german("in 12,5 sekunden."), "in zwölf Komma fünf sekunden.");
+        assert_eq!(german("dies ist ein 1. test"), "dies ist ein erste test");
+        assert_eq!(
+            german("das macht 20,15€ herr."),
+            "das macht zwanzig Euro und fünfzehn Cent herr."
+        );
+        assert_eq!(german("am 3.4. und 5.x"), "am drei Komma vier. und fünf.x");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Number words as Python's `num2words` 0.5.14 writes them, for the calls coqui's cleaner
 //! makes: `num2words(int)`, `num2words(int, ordinal=True)`, `num2words(float)` and
-//! `num2words(float, to="currency")`. Each language gives its integer words ([`en`], [`fr`]);
+//! `num2words(float, to="currency")`. Each language gives its integer words ([`en`], [`fr`],
+//! [`de`]);
 //! the float and currency paths are `Num2Word_Base`'s, shared:
 //!
 //! - a float's digits after the point come from its shortest repr ("12.50" is 12.5, "twelve
@@ -8,6 +9,7 @@
 //! - currency rounds half up to cents (`Decimal.quantize`), fails past 28 digits, and coqui
 //!   cuts the cents clause of a whole amount at the language's last "and".
 
+pub mod de;
 pub mod en;
 pub mod fr;
 
@@ -27,6 +29,10 @@ pub trait NumberWords {
     fn cents_separator(&self) -> &'static str;
     /// coqui's `and_equivalents`: where the cents clause of a whole amount is cut.
     fn and_word(&self) -> &'static str;
+    /// The language's own change to `to_currency`'s text (German: "ein Euro").
+    fn fix_currency(&self, amount: String) -> String {
+        amount
+    }
 }
 
 /// A refusal naming the number (its first 40 characters).
@@ -148,14 +154,14 @@ pub fn currency_words(words: &dyn NumberWords, amount: f64, currency: Currency) 
     }
     let [unit_names, cent_names] = words.currency_names(currency);
     let pick = |n: u128, (one, many): (&'static str, &'static str)| if n == 1 { one } else { many };
-    let full = format!(
+    let full = words.fix_currency(format!(
         "{} {}{} {} {}",
         words.cardinal(&units.to_string()).ok()?,
         pick(units, unit_names),
         words.cents_separator(),
         words.cardinal(&cents.to_string()).ok()?,
         pick(cents as u128, cent_names)
-    );
+    ));
     if amount.fract() == 0.0 {
         if let Some(at) = full.rfind(words.and_word()) {
             return Some(full[..at].to_string());
