@@ -21,20 +21,6 @@ pub struct MelBank {
 impl MelBank {
     /// `filters`: `[n_fft / 2 + 1][mels]`.
     pub fn new(n_fft: usize, hop: usize, mels: usize, filters: Vec<f32>) -> Self {
-        Self::with_window(n_fft, hop, mels, periodic_hann(n_fft), filters)
-    }
-
-    /// As [`MelBank::new`], with `window` (`n_fft` values) in place of the periodic Hann of
-    /// `n_fft` samples: e.g. a shorter window zero-padded to `n_fft` at both ends, as
-    /// `torch.stft` pads a `win_length` shorter than `n_fft`.
-    pub fn with_window(
-        n_fft: usize,
-        hop: usize,
-        mels: usize,
-        window: Vec<f32>,
-        filters: Vec<f32>,
-    ) -> Self {
-        assert_eq!(window.len(), n_fft, "an n_fft-long window");
         assert_eq!(
             filters.len(),
             (n_fft / 2 + 1) * mels,
@@ -44,9 +30,25 @@ impl MelBank {
             n_fft,
             hop,
             mels,
-            window,
+            window: periodic_hann(n_fft),
             filters,
             fft: RealFftPlanner::<f64>::new().plan_fft_forward(n_fft),
+        }
+    }
+
+    /// The same with another analysis window, `n_fft` samples (a shorter one zero-padded
+    /// around its centre, as `torch.stft` does).
+    pub fn with_window(
+        n_fft: usize,
+        hop: usize,
+        mels: usize,
+        window: Vec<f32>,
+        filters: Vec<f32>,
+    ) -> Self {
+        assert_eq!(window.len(), n_fft, "a window of n_fft samples");
+        MelBank {
+            window,
+            ..Self::new(n_fft, hop, mels, filters)
         }
     }
 

@@ -8,6 +8,7 @@
 //! prefix) are cleared when the store opens; a voice folder that cannot be read is skipped
 //! with a warning, never deleted (it is the operator's data).
 
+pub use crate::engine::voice::{TensorData, VoiceTensor, VoiceTensors};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs;
@@ -40,22 +41,6 @@ pub struct VoiceMeta {
     /// sha256 of the decoded clip and the settings it was computed with: the same upload
     /// need not be computed twice.
     pub source_sha256: String,
-}
-
-/// A voice's tensors by name.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct VoiceTensors(pub BTreeMap<String, VoiceTensor>);
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct VoiceTensor {
-    pub shape: Vec<usize>,
-    pub data: TensorData,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum TensorData {
-    F32(Vec<f32>),
-    I64(Vec<i64>),
 }
 
 #[derive(Debug, thiserror::Error)]

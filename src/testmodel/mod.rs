@@ -11,15 +11,19 @@ mod qwen3_tts;
 pub(crate) mod tekken;
 mod voxtral_realtime;
 mod xtts;
+mod xtts_vocab;
+pub mod xtts_vocoder;
 
 pub use qwen3_tts::{
-    cached_test_model as cached_qwen3_test_model, make_test_model as make_qwen3_test_model,
-    Qwen3Preset,
+    cached_test_model as cached_qwen3_test_model,
+    make_published_size_model as make_qwen3_published_size_model,
+    make_test_model as make_qwen3_test_model, Qwen3Preset,
 };
 #[cfg(test)]
 pub(crate) use tekken::generated as generated_tekken;
 pub use tekken::write_test_tekken;
 pub use xtts::{make_test_model as make_xtts_test_model, XttsPreset};
+pub use xtts_vocab::xtts_vocab_json;
 
 use crate::models::voxtral_tts::params::{Config, ModelArgs};
 use crate::models::voxtral_tts::voices::VOICE_DIR;
@@ -698,6 +702,7 @@ fn generator_digest() -> String {
         include_str!("tekken.rs"),
         include_str!("voxtral_realtime.rs"),
         include_str!("xtts.rs"),
+        include_str!("xtts_vocoder.rs"),
     ];
     let mut hasher = DefaultHasher::new();
     sources.hash(&mut hasher);

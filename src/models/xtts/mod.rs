@@ -2,7 +2,10 @@
 //! Model License): reading its published checkpoints without executing their pickles,
 //! converting them to safetensors, and opening the converted folder without any pickle
 //! (docs/xtts-v2-spec.md §1, §8); the GPT side: the cloning mel, the conditioning encoder and
-//! perceiver (`conditioning`), and the GPT's code generation and latents (`gpt`), §3-§5.
+//! perceiver (`conditioning`), and the GPT's code generation and latents (`gpt`), §3-§5; the
+//! speaker encoder (`speaker_encoder`, §3.3) and the HiFi-GAN waveform decoder (`hifigan`, §6)
+//! with a bounded-window stream (`hifigan_stream`, §7); the text front end (`text`,
+//! `tokenizer`, §4; what is exact and what is refused: docs/xtts-text.md).
 
 pub mod checkpoint;
 pub mod cloning_mel;
@@ -11,5 +14,10 @@ pub mod convert;
 pub mod folder;
 pub mod gpt;
 pub mod gpt_config;
+pub mod hifigan;
+pub mod hifigan_stream;
 mod layers;
 pub mod reference_audio;
+pub mod speaker_encoder;
+pub mod text;
+pub mod tokenizer;
