@@ -1,6 +1,6 @@
 //! Building blocks shared by every model family: checkpoint loading, layers (linear
 //! projections, norms, attention projections, feed-forward) and the Mistral-style decoder
-//! with its slot KV pool.
+//! with its slot KV pool; token sampling as Hugging Face `generate` does it.
 
 pub mod checkpoint;
 pub mod decoder;
@@ -10,5 +10,6 @@ pub mod layers;
 pub mod mask;
 pub mod pth;
 pub mod safetensors_writer;
+pub mod sampling;
 
 pub use error::LoadError;

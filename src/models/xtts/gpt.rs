@@ -11,8 +11,8 @@
 
 use super::gpt_config::GptConfig;
 use super::layers::{gelu_tanh, LayerNorm, Projection};
-use crate::models::qwen3_tts::sampling::{penalize, pick, SampleError, Sampling, Uniforms};
 use crate::nn::layers::{Linear, Loader};
+use crate::nn::sampling::{penalize, pick, SampleError, Sampling, Uniforms};
 use crate::nn::LoadError;
 use crate::tensor::Tensor;
 
