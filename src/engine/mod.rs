@@ -13,6 +13,7 @@
 //! of a model folder.
 
 pub mod prepare;
+pub mod voice;
 
 pub use prepare::{
     prepare_speech, PrepareError, PreparedSegment, PreparedSpeech, Sampling, SpeechInput,
