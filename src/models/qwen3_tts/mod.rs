@@ -16,6 +16,7 @@ pub mod speech_decoder;
 pub mod speech_encoder;
 mod talker;
 pub mod tokens;
+pub mod voice_encoder;
 
 pub use model::{GenerateError, Qwen3Tts, Session, TalkerOptions};
 pub use prompt::{ClonedVoice, PromptInput, Reference, TextLayout, Voice};
