@@ -152,7 +152,9 @@ fn check_preset(preset: Qwen3Preset) {
         .samples;
     let (transcript, ref_ids, ref_codes) = goldens.in_context_case();
 
-    let voice = encoder.encode(&[clip.clone()], Some(&transcript)).unwrap();
+    let voice = encoder
+        .encode(std::slice::from_ref(&clip), Some(&transcript))
+        .unwrap();
     let (shape, x_vector) = voice.f32(X_VECTOR).unwrap();
     let hidden = x_vector.len();
     assert_eq!(shape, [hidden]);
