@@ -2,19 +2,25 @@
 //! (tests/goldens/qwen3_tts/<preset>/, tools/goldens/qwen3_tts/make_goldens.py): the goldens'
 //! reference clip written as a WAV file, decoded by the audio-input layer as an upload is, and
 //! encoded by `models::load_voice_encoder` gives the official x-vector, reference codes and
-//! tokenized transcript; the stored tensors read back as the same cloned voice. f32, libtorch
-//! on the CPU.
+//! tokenized transcript; the stored tensors read back as the same cloned voice; the serving
+//! path's voice-encoding thread computes them. f32, libtorch on the CPU.
 
 use safetensors::SafeTensors;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tokio::sync::oneshot;
 use voxtral_tts::audio::input::{decode_to_rate, DecodeLimits};
+use voxtral_tts::device::DeviceChoice;
 use voxtral_tts::engine::voice::{VoiceEncodeError, VoiceEncoder};
 use voxtral_tts::models::load_voice_encoder;
 use voxtral_tts::models::qwen3_tts::voice_encoder::{
     cloned_voice, REF_CODES, REF_TEXT_IDS, X_VECTOR,
+};
+use voxtral_tts::scheduler::voice_encoding::{
+    start_voice_encoding, VoiceEncoderState, VoiceEncodingJob, VoiceEncodingSettings,
+    VoiceSubmitError, VOICE_QUEUE_CAPACITY,
 };
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::DType;
@@ -224,4 +230,56 @@ fn variants_that_do_not_clone_have_no_encoder() {
     let dir = cached_qwen3_test_model(Qwen3Preset::TinyCustomVoice, 0).unwrap();
     let none = load_voice_encoder::<TchTensor>(&dir, &tch::Device::Cpu, DType::F32).unwrap();
     assert!(none.is_none());
+}
+
+/// The serving path's thread: it loads the encoder itself, computes the voices sent to it in
+/// order, and a full queue is refused at once rather than waited on.
+#[test]
+fn the_voice_encoding_thread_computes_voices_and_refuses_beyond_its_queue() {
+    let (queue, mut state, thread) = start_voice_encoding(VoiceEncodingSettings {
+        model_id: "base".into(),
+        model_dir: cached_qwen3_test_model(Qwen3Preset::TinyBase, 0).unwrap(),
+        device: DeviceChoice::Cpu,
+        dtype: DType::F32,
+        threads: 1,
+    })
+    .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ready = runtime
+        .block_on(state.wait_for(|s| !matches!(s, VoiceEncoderState::Loading)))
+        .unwrap()
+        .clone();
+    assert_eq!(
+        ready,
+        VoiceEncoderState::Ready {
+            sample_rate: 24_000
+        }
+    );
+    let clip = vec![0.1f32; 24_000];
+    let mut replies = Vec::new();
+    let mut refused = 0;
+    for _ in 0..VOICE_QUEUE_CAPACITY + 6 {
+        let (reply, done) = oneshot::channel();
+        let job = VoiceEncodingJob {
+            clips: vec![clip.clone()],
+            transcript: Some("Hello.".into()),
+            reply,
+        };
+        match queue.try_submit(job) {
+            Ok(()) => replies.push(done),
+            Err(VoiceSubmitError::Full) => refused += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(refused > 0, "the queue holds {VOICE_QUEUE_CAPACITY}");
+    let first = runtime.block_on(replies.remove(0)).unwrap().unwrap();
+    assert!(first.contains(REF_CODES) && first.contains(REF_TEXT_IDS));
+    for done in replies {
+        assert_eq!(runtime.block_on(done).unwrap().unwrap(), first);
+    }
+    drop(queue);
+    thread.join().unwrap();
 }
