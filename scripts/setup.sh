@@ -96,13 +96,14 @@ install_system_packages() {
 
 # The server tests drive the server with the official openai SDK, kept out of the system
 # Python: tests put .deps/pyclient on PYTHONPATH.
+# With its `realtime` extra (websockets): tests/realtime.rs runs the SDK's realtime client.
 install_openai_sdk() {
   local marker=$DEPS/pyclient/.complete
-  [[ -f $marker && $(cat "$marker") == "$OPENAI_SDK" ]] && return
+  [[ -f $marker && $(cat "$marker") == "$OPENAI_SDK+realtime" ]] && return
   log "installing the openai Python SDK $OPENAI_SDK into $DEPS/pyclient"
   rm -rf "$DEPS/pyclient"
-  "$PY" -m pip install -q --no-compile --no-warn-conflicts --target "$DEPS/pyclient" "openai==$OPENAI_SDK" >&2
-  echo "$OPENAI_SDK" > "$marker"
+  "$PY" -m pip install -q --no-compile --no-warn-conflicts --target "$DEPS/pyclient" "openai[realtime]==$OPENAI_SDK" >&2
+  echo "$OPENAI_SDK+realtime" > "$marker"
 }
 
 # playwright-core only (no bundled browsers): the test points it at /usr/bin/chromium.

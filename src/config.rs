@@ -64,6 +64,9 @@ pub struct ServerConfig {
     pub max_voice_clip_seconds: usize,
     /// Largest `POST /v1/audio/voices` body.
     pub max_voice_upload_bytes: usize,
+    /// Live sessions (`/v1/realtime?intent=transcription`) open at once per speech-to-text
+    /// model; one more is refused. Each takes a KV-cache slot of `max_transcription_seconds`.
+    pub max_realtime_sessions: usize,
     pub request_timeout_secs: u64,
     pub shutdown_grace_secs: u64,
     pub api_keys: ApiKeys,

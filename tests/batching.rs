@@ -4,7 +4,9 @@
 
 use std::time::Instant;
 use voxtral_tts::device::DeviceChoice;
-use voxtral_tts::engine::{prepare_speech, EngineOptions, PreparedSpeech, Sampling, SpeechInput};
+use voxtral_tts::engine::{
+    prepare_speech, Conditioning, EngineOptions, PreparedSpeech, Sampling, SpeechInput,
+};
 use voxtral_tts::models::voxtral_tts::{Generation, Noise, SynthesisRequest, Voxtral};
 use voxtral_tts::scheduler::{
     start_worker, EngineState, JobEvent, JobOptions, LoadedModel, StreamSettings, WorkerSettings,
@@ -224,10 +226,12 @@ fn prepare(model: &LoadedModel, r: &SynthesisRequest) -> PreparedSpeech {
     let input = SpeechInput {
         text: r.text.clone(),
         voice: r.voice.clone(),
+        conditioning: Conditioning::default(),
         max_frames: r.max_frames,
         sampling: Sampling {
             seed,
             noise_scale: scale,
+            temperature: None,
         },
         normalize: true,
         segment_chars: 24,

@@ -559,3 +559,74 @@ fn speaker_mel_matches_the_official_goldens() {
     check_speaker_mel(Qwen3Preset::TinyBase);
     check_speaker_mel(Qwen3Preset::TinyBase1b7);
 }
+
+/// Shares of a bf16 run's predictions equal to the official f32 codes.
+#[derive(Default)]
+struct Agreement {
+    tokens: (usize, usize),
+    codes: (usize, usize),
+}
+
+/// bf16 against the official f32 codes, teacher-forced: each step reads the reference's frame,
+/// so one differing code does not compound (free-running, bf16 and f32 part ways after a few
+/// frames, as for Voxtral). The talker's token and the 15 predicted codebooks of every frame of
+/// every greedy case, for the Base (x-vector and in-context) and CustomVoice 1.7B presets.
+#[test]
+fn bf16_teacher_forced_agrees_with_the_official_codes() {
+    let _guard = tch::no_grad_guard();
+    for preset in [Qwen3Preset::TinyBase, Qwen3Preset::TinyCustomVoice1b7] {
+        let goldens = Goldens::load(preset);
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = goldens.model_dir(preset, tmp.path());
+        let options = TalkerOptions {
+            max_sessions: 1,
+            max_positions: 128,
+        };
+        let model =
+            Qwen3Tts::<TchTensor>::load(&dir, &tch::Device::Cpu, DType::BF16, &options).unwrap();
+        let tok = Qwen2Tokenizer::from_folder(&dir).unwrap();
+        // The official x-vector and reference codes: this measures the talker and predictor.
+        let base = goldens.json["tts_model_type"] == "base";
+        let x_vector = base.then(|| goldens.f32s("icl.x_vector"));
+        let mut agreement = Agreement::default();
+        for case in goldens.json["cases"].as_array().unwrap() {
+            if !case["greedy"].as_bool().unwrap() {
+                continue;
+            }
+            let ref_codes = (!case["ref_codes"].is_null()).then(|| codes(&case["ref_codes"]));
+            let what = format!("{} {} bf16", preset.name(), case["name"]);
+            let inputs =
+                CaseInputs::new(case, &tok, x_vector.as_deref(), ref_codes.as_deref(), &what);
+            let (params, uniforms) = generation(&model, case, 64);
+            let mut session = model.start(&inputs.input(), params, uniforms).unwrap();
+            for frame in codes(&case["codes"]) {
+                let token = *session.tokens().last().unwrap();
+                agreement.tokens.0 += usize::from(token == frame[0]);
+                agreement.tokens.1 += 1;
+                let predicted = model.step_teacher_forced(&mut session, &frame).unwrap();
+                let same = predicted[1..]
+                    .iter()
+                    .zip(&frame[1..])
+                    .filter(|(a, b)| a == b)
+                    .count();
+                agreement.codes.0 += same;
+                agreement.codes.1 += frame.len() - 1;
+            }
+        }
+        let share = |(same, all): (usize, usize)| same as f64 / all.max(1) as f64;
+        let (tokens, codes) = (share(agreement.tokens), share(agreement.codes));
+        eprintln!(
+            "{}: bf16 teacher-forced: talker tokens {}/{} ({:.1}%), predicted codes {}/{} ({:.1}%)",
+            preset.name(),
+            agreement.tokens.0,
+            agreement.tokens.1,
+            100.0 * tokens,
+            agreement.codes.0,
+            agreement.codes.1,
+            100.0 * codes
+        );
+        assert!(agreement.tokens.1 >= 20, "too few frames to measure");
+        assert!(tokens >= 0.9, "talker tokens agree {tokens}");
+        assert!(codes >= 0.7, "predicted codes agree {codes}");
+    }
+}

@@ -269,7 +269,7 @@ fn bad_requests_get_openai_errors() {
         .clone();
     assert_eq!(
         stt["capabilities"]["endpoints"],
-        serde_json::json!(["/v1/audio/transcriptions"])
+        serde_json::json!(["/v1/audio/transcriptions", "/v1/realtime"])
     );
 }
 

@@ -36,6 +36,22 @@ impl MelBank {
         }
     }
 
+    /// The same with another analysis window, `n_fft` samples (a shorter one zero-padded
+    /// around its centre, as `torch.stft` does).
+    pub fn with_window(
+        n_fft: usize,
+        hop: usize,
+        mels: usize,
+        window: Vec<f32>,
+        filters: Vec<f32>,
+    ) -> Self {
+        assert_eq!(window.len(), n_fft, "a window of n_fft samples");
+        MelBank {
+            window,
+            ..Self::new(n_fft, hop, mels, filters)
+        }
+    }
+
     /// `frames` frames of `padded` (frame `t` from sample `t * hop`), frame-major
     /// `[t][mel]`: each FFT bin's value is `bin(|X|²)`, the bands sum it through the filters,
     /// and each band's sum, rounded to f32, goes through `log`.

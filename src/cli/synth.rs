@@ -2,11 +2,12 @@
 
 use crate::audio::{encode_audio, AudioFormat};
 use crate::device::DeviceChoice;
-use crate::engine::{prepare_speech, EngineOptions, Sampling, SpeechInput};
+use crate::engine::{prepare_speech, Conditioning, EngineOptions, Sampling, SpeechInput};
 use crate::scheduler::{
     start_worker, EngineState, JobEvent, JobOptions, JobQueue, JobSummary, LoadedModel,
     StreamSettings, WorkerSettings,
 };
+use crate::server::voice_catalog;
 use crate::tensor::DType;
 use crate::text::DEFAULT_SEGMENT_CHARS;
 use anyhow::{bail, Context, Result};
@@ -17,10 +18,11 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 #[derive(clap::Args)]
 pub struct SynthArgs {
-    /// Model folder (params.json, consolidated.safetensors, tekken.json, voice_embedding/).
+    /// Model folder of any speaking family (Voxtral TTS, Qwen3-TTS).
     #[arg(long)]
     model: PathBuf,
-    /// Preset voice name (see `voxtral-tts voices`).
+    /// Preset voice name or OpenAI voice name (see `voxtral-tts voices`); any name for a
+    /// voice-design model.
     #[arg(long)]
     voice: String,
     #[arg(long)]
@@ -28,15 +30,26 @@ pub struct SynthArgs {
     /// Output WAV file.
     #[arg(long)]
     output: PathBuf,
-    /// Most frames (80 ms each) per segment.
-    #[arg(long, default_value_t = 2048)]
-    max_frames: usize,
-    /// Noise seed; a random one (printed) when absent.
+    /// Most frames (80 ms each) per segment; the model's limit when absent.
+    #[arg(long)]
+    max_frames: Option<usize>,
+    /// Sampling seed; a random one (printed) when absent.
     #[arg(long)]
     seed: Option<u64>,
-    /// Scale of the flow head's starting noise; 0 gives deterministic output.
+    /// Scale of the flow head's starting noise (Voxtral); 0 gives deterministic output.
     #[arg(long, default_value_t = 1.0)]
     noise_scale: f32,
+    /// Sampling temperature of token-sampling models (Qwen3-TTS); 0 decodes greedily.
+    /// The model's own when absent.
+    #[arg(long)]
+    temperature: Option<f32>,
+    /// Language to speak (a code such as `en`, or the model's name for it); the model
+    /// tells from the text when absent (Qwen3-TTS).
+    #[arg(long)]
+    language: Option<String>,
+    /// Style instructions, or the voice's description for a voice-design model (Qwen3-TTS).
+    #[arg(long)]
+    instructions: Option<String>,
     #[arg(long, value_parser = parse_dtype, default_value = "bf16")]
     dtype: DType,
     /// auto | cpu | cuda | cuda:N | mlx (auto prefers CUDA; MLX on Apple Silicon builds with
@@ -100,28 +113,41 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 /// same worker, the same crossfades, so the same request gives the same audio.
 pub fn run(args: SynthArgs) -> Result<()> {
     let (queue, model, worker) = start(&args.model, args.device, args.dtype)?;
-    let names: Vec<&str> = model.card.voices.iter().map(|v| v.name.as_str()).collect();
-    if !names.contains(&args.voice.as_str()) {
-        bail!(
-            "unknown voice {:?}; available: {}",
-            args.voice,
-            names.join(", ")
-        );
+    let card = &model.card;
+    let voice = if card.voice_design {
+        args.voice
+    } else {
+        match voice_catalog::resolve(&args.voice, card) {
+            Some(preset) => preset.to_string(),
+            None => bail!(
+                "{}",
+                voice_catalog::unknown_voice_message(&args.voice, card)
+            ),
+        }
+    };
+    if let Some(t) = args.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
+        bail!("--temperature must be between 0 and 2; got {t}");
     }
     let seed = args.seed.unwrap_or_else(rand::random);
     let input = SpeechInput {
         text: args.text,
-        voice: args.voice,
-        max_frames: args.max_frames,
+        voice,
+        conditioning: Conditioning {
+            language: args.language,
+            instructions: args.instructions,
+            custom_voice: None,
+        },
+        max_frames: args.max_frames.unwrap_or(card.max_frames),
         sampling: Sampling {
             seed,
             noise_scale: args.noise_scale,
+            temperature: args.temperature,
         },
         normalize: !args.no_normalize,
         segment_chars: args.segment_chars,
     };
     let prepared = prepare_speech(&*model.preparer, model.card.max_frames, input)?;
-    if args.seed.is_none() && args.noise_scale > 0.0 {
+    if args.seed.is_none() {
         eprintln!("seed: {seed}");
     }
     let options = JobOptions {

@@ -39,8 +39,8 @@ pub struct TranscribeArgs {
 pub fn run(args: TranscribeArgs) -> Result<()> {
     match detect_family(&args.model)? {
         Family::VoxtralRealtime => {}
-        Family::VoxtralTts => bail!(
-            "{} is a Voxtral TTS (text-to-speech) folder; transcribe needs a Voxtral Realtime one",
+        Family::VoxtralTts | Family::Qwen3Tts => bail!(
+            "{} is a text-to-speech model folder; transcribe needs a Voxtral Realtime one",
             args.model.display()
         ),
     }

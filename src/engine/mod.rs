@@ -16,8 +16,10 @@ pub mod prepare;
 pub mod voice;
 
 pub use prepare::{
-    prepare_speech, PrepareError, PreparedSegment, PreparedSpeech, Sampling, SpeechInput,
+    prepare_speech, Conditioning, PrepareError, PreparedSegment, PreparedSpeech, Prompt, Sampling,
+    SpeechInput,
 };
+pub use voice::{CustomVoice, VoiceTensors};
 
 use std::sync::Arc;
 
@@ -50,6 +52,9 @@ pub struct ModelCard {
     pub cloning: bool,
     /// Whether free-text style instructions steer the voice.
     pub instructions: bool,
+    /// Whether `instructions` describe the whole voice: the model has no presets, and any
+    /// requested voice name is accepted (and ignored).
+    pub voice_design: bool,
     /// PCM out, mono.
     pub sample_rate: u32,
     /// Samples per generated frame (the unit of `max_frames` and of usage).
@@ -72,9 +77,15 @@ pub struct VoiceInfo {
 
 /// The request-path half of a family: no tensors, safe to call from any thread.
 pub trait SpeechPreparer: Send + Sync {
-    /// The prompt token ids of one segment of (already normalized) text spoken by `voice`, a
-    /// preset of the model's card. `Err` for input the model cannot take.
-    fn prompt(&self, text: &str, voice: &str) -> Result<Vec<u32>, PrepareError>;
+    /// The prompt of one segment of (already normalized) text spoken by `voice`, a preset of
+    /// the model's card (or a custom voice's id, `conditioning.custom_voice` holding it).
+    /// `Err` for input the model cannot take.
+    fn prompt(
+        &self,
+        text: &str,
+        voice: &str,
+        conditioning: &Conditioning,
+    ) -> Result<Prompt, PrepareError>;
     /// Positions one session may use, its prompt plus its frames: a KV slot's.
     fn max_positions(&self) -> usize;
 }
@@ -108,8 +119,9 @@ pub trait TextToSpeech {
         segment: usize,
     ) -> Result<Self::Session<'m>, EngineError>;
     /// Advances every running session of `batch` by one step, together: one frame each, or,
-    /// for a session whose prompt is prefilled in chunks, its next chunk.
-    fn step(&self, batch: &mut [&mut Self::Session<'_>]);
+    /// for a session whose prompt is prefilled in chunks, its next chunk. An error fails
+    /// every job of the batch.
+    fn step(&self, batch: &mut [&mut Self::Session<'_>]) -> Result<(), EngineError>;
     /// PCM of the session's frames from `from` on. Decoding in pieces gives the same samples
     /// as decoding all frames at once.
     fn decode(&self, session: &Self::Session<'_>, from: usize) -> Result<Vec<f32>, EngineError>;

@@ -2,15 +2,18 @@
 //! before anything is queued: normalization, splitting into segments, tokenizing and the
 //! model's length limits. A request that passes holds everything the worker needs.
 
+use super::voice::CustomVoice;
 use super::SpeechPreparer;
 use crate::text::{prepare_segments, NormalizeOptions};
+use std::sync::Arc;
 
 /// A speech request as the HTTP layer or the CLI received it, its voice already resolved to
-/// one of the model's presets.
+/// one of the model's presets (or, with `conditioning.custom_voice`, a stored voice's id).
 #[derive(Clone, Debug)]
 pub struct SpeechInput {
     pub text: String,
     pub voice: String,
+    pub conditioning: Conditioning,
     pub max_frames: usize,
     pub sampling: Sampling,
     /// Apply `text::normalize` before splitting.
@@ -19,12 +22,26 @@ pub struct SpeechInput {
     pub segment_chars: usize,
 }
 
+/// What a request asks of the voice beside its text. Each family takes what its card
+/// offers (`languages`, `instructions`, `cloning`) and says so for the rest.
+#[derive(Clone, Debug, Default)]
+pub struct Conditioning {
+    /// One of the model's languages; `None`: the model's own choice ("auto").
+    pub language: Option<String>,
+    /// Free-text instructions: a style, or a whole voice's description.
+    pub instructions: Option<String>,
+    /// A voice cloned from a clip, in place of a preset.
+    pub custom_voice: Option<Arc<CustomVoice>>,
+}
+
 /// How a request samples. Segment `i` of a request samples with `seed + i`.
 #[derive(Clone, Copy, Debug)]
 pub struct Sampling {
     pub seed: u64,
     /// Scale of the starting noise of flow-matching families (0 = deterministic).
     pub noise_scale: f32,
+    /// Temperature of token-sampling families: `None` for the model's own, 0 for greedy.
+    pub temperature: Option<f32>,
 }
 
 /// A request ready for the worker.
@@ -33,6 +50,7 @@ pub struct PreparedSpeech {
     /// Never empty.
     pub segments: Vec<PreparedSegment>,
     pub voice: String,
+    pub conditioning: Conditioning,
     pub max_frames: usize,
     pub sampling: Sampling,
 }
@@ -40,7 +58,26 @@ pub struct PreparedSpeech {
 #[derive(Clone, Debug)]
 pub struct PreparedSegment {
     pub text: String,
-    pub prompt_ids: Vec<u32>,
+    pub prompt: Prompt,
+}
+
+/// A segment's prompt as the family's preparer builds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prompt {
+    pub ids: Vec<u32>,
+    /// KV positions the prompt fills: its ids' count, or more for a family that adds rows
+    /// of its own (a speaker embedding, a reference clip's frames).
+    pub positions: usize,
+}
+
+impl Prompt {
+    /// A prompt of token ids only.
+    pub fn of_ids(ids: Vec<u32>) -> Self {
+        Prompt {
+            positions: ids.len(),
+            ids,
+        }
+    }
 }
 
 /// Why a request cannot be synthesized: always the input's fault (HTTP 400).
@@ -52,7 +89,13 @@ pub enum PrepareError {
     EmptyText,
     #[error("max_frames must be between 1 and {max}, got {got}")]
     MaxFrames { got: usize, max: usize },
-    #[error("a segment's prompt of {prompt} tokens plus {frames} frames exceeds the {max} positions a request may use (a KV slot's); lower max_frames or segment_chars")]
+    /// A field the model cannot take as given, for a reason of its own.
+    #[error("{message}")]
+    Invalid {
+        param: &'static str,
+        message: String,
+    },
+    #[error("a segment's prompt of {prompt} positions plus {frames} frames exceeds the {max} positions a request may use (a KV slot's); lower max_frames or segment_chars")]
     TooLong {
         prompt: usize,
         frames: usize,
@@ -67,6 +110,7 @@ impl PrepareError {
             PrepareError::UnknownVoice(_) => "voice",
             PrepareError::MaxFrames { .. } => "max_frames",
             PrepareError::EmptyText | PrepareError::TooLong { .. } => "input",
+            PrepareError::Invalid { param, .. } => param,
         }
     }
 }
@@ -97,20 +141,21 @@ pub fn prepare_speech(
     let segments = texts
         .into_iter()
         .map(|text| {
-            let prompt_ids = preparer.prompt(&text, &input.voice)?;
-            if prompt_ids.len() + input.max_frames > max {
+            let prompt = preparer.prompt(&text, &input.voice, &input.conditioning)?;
+            if prompt.positions + input.max_frames > max {
                 return Err(PrepareError::TooLong {
-                    prompt: prompt_ids.len(),
+                    prompt: prompt.positions,
                     frames: input.max_frames,
                     max,
                 });
             }
-            Ok(PreparedSegment { text, prompt_ids })
+            Ok(PreparedSegment { text, prompt })
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(PreparedSpeech {
         segments,
         voice: input.voice,
+        conditioning: input.conditioning,
         max_frames: input.max_frames,
         sampling: input.sampling,
     })

@@ -1,11 +1,16 @@
-//! Custom voices, what every cloning family shares: the tensors a family computes from a
-//! reference clip (stored by `server::voice_store`, read back by the family's engine) and the
-//! [`VoiceEncoder`] that computes them, run on its own thread (`scheduler::voice_encoding`)
-//! so that encoding a clip never stalls a worker's decoding.
+//! A voice cloned from a reference clip, as a cloning family's encoder computed it and as its
+//! sessions are conditioned on it: named tensors (e.g. a speaker embedding, reference codes),
+//! kept by the server's voice store between requests and restarts. The [`VoiceEncoder`] that
+//! computes them runs on a thread of its own (`scheduler::voice_encoding`), so that encoding
+//! a clip never stalls a worker's decoding.
 
 use std::collections::BTreeMap;
 
-/// A voice's tensors by name; each family documents the names it writes and reads.
+/// How every custom voice's id begins (`voice_` and 32 hex digits), as OpenAI's do: a
+/// request's voice with it names a stored voice, not a preset.
+pub const CUSTOM_VOICE_PREFIX: &str = "voice_";
+
+/// A voice's tensors by name.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct VoiceTensors(pub BTreeMap<String, VoiceTensor>);
 
@@ -21,37 +26,44 @@ pub enum TensorData {
     I64(Vec<i64>),
 }
 
+/// A stored voice a request selected (`voice: {"id": "voice_..."}`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CustomVoice {
+    pub id: String,
+    /// The clip's transcript, for families that clone in context.
+    pub transcript: Option<String>,
+    pub tensors: VoiceTensors,
+}
+
 impl VoiceTensors {
     pub fn insert(&mut self, name: &str, shape: Vec<usize>, data: TensorData) {
         self.0.insert(name.to_string(), VoiceTensor { shape, data });
     }
 
-    /// The f32 tensor `name` (its shape and values), or why there is none.
-    pub fn f32(&self, name: &str) -> Result<(&[usize], &[f32]), String> {
-        match self.0.get(name) {
-            Some(VoiceTensor {
-                shape,
-                data: TensorData::F32(values),
-            }) => Ok((shape, values)),
-            Some(_) => Err(format!("voice tensor {name}: expected f32")),
-            None => Err(format!("voice tensor {name}: missing")),
-        }
-    }
-
-    /// The i64 tensor `name` (its shape and values), or why there is none.
-    pub fn i64(&self, name: &str) -> Result<(&[usize], &[i64]), String> {
-        match self.0.get(name) {
-            Some(VoiceTensor {
-                shape,
-                data: TensorData::I64(values),
-            }) => Ok((shape, values)),
-            Some(_) => Err(format!("voice tensor {name}: expected i64")),
-            None => Err(format!("voice tensor {name}: missing")),
-        }
-    }
-
     pub fn contains(&self, name: &str) -> bool {
         self.0.contains_key(name)
+    }
+
+    /// The f32 tensor `name`, if the voice has one of that type.
+    pub fn f32(&self, name: &str) -> Option<(&[usize], &[f32])> {
+        match self.0.get(name)? {
+            VoiceTensor {
+                shape,
+                data: TensorData::F32(v),
+            } => Some((shape, v)),
+            _ => None,
+        }
+    }
+
+    /// The integer tensor `name`, if the voice has one of that type.
+    pub fn i64(&self, name: &str) -> Option<(&[usize], &[i64])> {
+        match self.0.get(name)? {
+            VoiceTensor {
+                shape,
+                data: TensorData::I64(v),
+            } => Some((shape, v)),
+            _ => None,
+        }
     }
 }
 
@@ -103,10 +115,10 @@ mod tests {
         let mut t = VoiceTensors::default();
         t.insert("x", vec![2], TensorData::F32(vec![1.0, 2.0]));
         t.insert("codes", vec![1, 2], TensorData::I64(vec![3, 4]));
-        assert_eq!(t.f32("x").unwrap(), (&[2][..], &[1.0, 2.0][..]));
+        assert_eq!(t.f32("x"), Some((&[2][..], &[1.0, 2.0][..])));
         assert_eq!(t.i64("codes").unwrap().1, &[3, 4]);
-        assert!(t.f32("codes").unwrap_err().contains("expected f32"));
-        assert!(t.i64("y").unwrap_err().contains("missing"));
+        assert_eq!(t.f32("codes"), None);
+        assert_eq!(t.i64("y"), None);
         assert!(t.contains("x") && !t.contains("y"));
     }
 }

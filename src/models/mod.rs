@@ -29,8 +29,12 @@ pub enum Family {
     VoxtralTts,
     /// Mistral's Voxtral-Mini-4B-Realtime (speech to text): params.json with
     /// `multimodal.whisper_model_args`, consolidated.safetensors, tekken.json with an `audio`
-    /// section. Transcribes (`voxtral_realtime::transcriber`); not served yet.
+    /// section. Transcribes (`voxtral_realtime::transcriber`).
     VoxtralRealtime,
+    /// Qwen3-TTS-12Hz (0.6B, 1.7B; Base, CustomVoice, VoiceDesign): config.json with
+    /// `model_type: qwen3_tts`, model.safetensors, vocab.json + merges.txt,
+    /// speech_tokenizer/.
+    Qwen3Tts,
 }
 
 /// A model folder's configuration file and the family it names, read once (the folder may be
@@ -81,9 +85,13 @@ impl FolderConfig {
             ));
         }
         if config.exists() {
-            let (_, json) = read_json(&config)?;
+            let (text, json) = read_json(&config)?;
             if json["model_type"] == "qwen3_tts" {
-                return Err(unsupported(&config, "Qwen3-TTS"));
+                return Ok(FolderConfig {
+                    family: Family::Qwen3Tts,
+                    text,
+                    file: config.display().to_string(),
+                });
             }
             if json["model"] == "xtts" {
                 return Err(unsupported(&config, "XTTS-v2"));
@@ -128,6 +136,10 @@ pub fn load_tts<T: Tensor, W: WithEngine>(
             let config = Config::from_json(&folder.text, &folder.file)?;
             let voxtral = Voxtral::<T>::load_with(dir, config, device, dtype, &options)?;
             Ok(with.run(voxtral))
+        }
+        Family::Qwen3Tts => {
+            let engine = qwen3_tts::Qwen3Engine::<T>::load(dir, device, dtype, &options)?;
+            Ok(with.run(engine))
         }
         Family::VoxtralRealtime => Err(LoadError::invalid(
             folder.file,
@@ -183,11 +195,8 @@ mod tests {
             r#"{"multimodal": {"whisper_model_args": {}}}"#,
         )]);
         assert_eq!(family(stt.path()).unwrap(), Family::VoxtralRealtime);
-        let qwen = error(&[("config.json", r#"{"model_type": "qwen3_tts"}"#)]);
-        assert!(
-            qwen.contains("Qwen3-TTS") && qwen.contains("config.json"),
-            "{qwen}"
-        );
+        let qwen = folder(&[("config.json", r#"{"model_type": "qwen3_tts"}"#)]);
+        assert_eq!(family(qwen.path()).unwrap(), Family::Qwen3Tts);
         let xtts = error(&[("config.json", r#"{"model": "xtts"}"#)]);
         assert!(xtts.contains("XTTS-v2"), "{xtts}");
         let other = error(&[("config.json", r#"{"model_type": "bert"}"#)]);

@@ -75,6 +75,11 @@ impl<'a, T: Tensor> Loader<'a, T> {
         format!("{}{key}", self.prefix)
     }
 
+    /// The shape stored at `key` (a model whose widths are not in its config reads them here).
+    pub fn shape(&self, key: &str) -> Result<Vec<usize>, LoadError> {
+        self.ckpt.shape(&self.key(key))
+    }
+
     pub fn tensor(&self, key: &str, shape: &[usize]) -> Result<T, LoadError> {
         self.ckpt
             .load::<T>(self.device, &self.key(key), shape, self.dtype)

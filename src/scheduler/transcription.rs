@@ -1,18 +1,27 @@
 //! Speech to text's worker: one thread loads a Voxtral Realtime folder and owns it (and its
-//! libtorch context); whole utterances come through a bounded queue and are transcribed one
-//! at a time, offline and greedy, their text sent back as it is decoded.
+//! libtorch context). Whole utterances come through a bounded queue, live sessions
+//! (`live`) through the same inbox; the worker advances all of them together, one batched
+//! decode step at a time ([`BatchDecoder`]): each step decodes one position of the running
+//! utterance and of every live item with a position ready (80 ms of new audio), and sends
+//! their new text as it is decoded. Utterances run one at a time, beside the live items.
+
+pub mod live;
 
 use crate::device::{DeviceChoice, OnBackend};
+use crate::models::voxtral_realtime::batch::{BatchDecoder, Utterance};
 use crate::models::voxtral_realtime::params::Config;
 use crate::models::voxtral_realtime::timing::{token_seconds, words, TimedText};
 use crate::models::voxtral_realtime::transcriber::{Transcriber, Transcript};
 use crate::tensor::{DType, Tensor};
+use live::{LiveCommand, LiveSessions, LiveStreams};
+use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
-
 pub struct TranscriptionSettings {
     pub model_id: String,
     pub model_dir: PathBuf,
@@ -20,8 +29,12 @@ pub struct TranscriptionSettings {
     pub dtype: DType,
     /// libtorch CPU threads (0: its default).
     pub threads: usize,
-    /// Longest utterance: the decoder's KV cache is sized for it when the model loads.
+    /// Longest utterance (and live item): the decoder's KV cache is sized for it when the
+    /// model loads.
     pub max_audio_seconds: f64,
+    /// Live sessions open at once; the KV cache has a slot for each, and one for the
+    /// utterance of `/v1/audio/transcriptions` being transcribed.
+    pub max_live_sessions: usize,
 }
 
 /// What clients may know of a loaded speech-to-text model.
@@ -45,6 +58,8 @@ pub enum TranscriberState {
 pub struct TranscriptionJob {
     pub audio: Vec<f32>,
     pub events: mpsc::UnboundedSender<TranscriptionEvent>,
+    /// When the upload was in (the metrics' time from speech to text starts there).
+    pub received: Instant,
 }
 
 pub enum TranscriptionEvent {
@@ -66,11 +81,58 @@ pub struct TimedTranscript {
     pub audio_seconds: f64,
 }
 
-/// The bounded queue in front of the worker.
+/// Metrics the worker records, each with the labels `model` (the id the model is served
+/// under) and `api` (`transcriptions` or `realtime`).
+pub mod metric_names {
+    /// Histogram: seconds of audio per transcription (live items cleared or cut short
+    /// included); its `_sum` is the total audio transcribed.
+    pub const AUDIO_SECONDS: &str = "transcription_audio_duration_seconds";
+    /// Histogram, per finished transcription: the time of the decode steps it took part in
+    /// divided by its audio's duration (below 1: faster than real time).
+    pub const REAL_TIME_FACTOR: &str = "transcription_real_time_factor";
+    /// Histogram, per piece of text sent: seconds from the arrival of the speech it
+    /// transcribes (for an upload, the upload) to the text going out. Live, that includes the
+    /// model's delay (480 ms), its 80 ms framing and the wait for the step.
+    pub const SPEECH_TO_TEXT: &str = "transcription_speech_to_text_seconds";
+    /// Gauge (label `model` only): live sessions open.
+    pub const LIVE_SESSIONS: &str = "transcription_live_sessions";
+    /// Gauge (label `model` only): utterances decoded together in the last step.
+    pub const BATCH_SIZE: &str = "transcription_batch_size";
+}
+
+/// One model's transcription metrics for one API.
+#[derive(Clone)]
+pub(crate) struct TranscriptionMetrics {
+    audio_seconds: metrics::Histogram,
+    real_time_factor: metrics::Histogram,
+    speech_to_text: metrics::Histogram,
+}
+
+impl TranscriptionMetrics {
+    fn new(model: &str, api: &'static str) -> Self {
+        let labels = [("model", model.to_string()), ("api", api.to_string())];
+        TranscriptionMetrics {
+            audio_seconds: metrics::histogram!(metric_names::AUDIO_SECONDS, &labels),
+            real_time_factor: metrics::histogram!(metric_names::REAL_TIME_FACTOR, &labels),
+            speech_to_text: metrics::histogram!(metric_names::SPEECH_TO_TEXT, &labels),
+        }
+    }
+}
+
+/// What reaches the worker, in order: uploads and live sessions' commands.
+pub(crate) enum Inbox {
+    Job(TranscriptionJob),
+    Live(LiveCommand),
+}
+
+/// The bounded queue in front of the worker, and the live sessions it serves.
 #[derive(Clone)]
 pub struct TranscriptionQueue {
-    jobs: SyncSender<TranscriptionJob>,
+    inbox: Sender<Inbox>,
+    /// Jobs submitted and not started yet.
+    waiting: Arc<AtomicUsize>,
     capacity: usize,
+    live: LiveSessions,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -83,15 +145,24 @@ pub enum TranscriptionSubmitError {
 
 impl TranscriptionQueue {
     pub fn try_submit(&self, job: TranscriptionJob) -> Result<(), TranscriptionSubmitError> {
-        self.jobs.try_send(job).map_err(|e| match e {
-            TrySendError::Full(_) => TranscriptionSubmitError::Full(self.capacity),
-            TrySendError::Disconnected(_) => TranscriptionSubmitError::Stopped,
+        if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.capacity {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(TranscriptionSubmitError::Full(self.capacity));
+        }
+        self.inbox.send(Inbox::Job(job)).map_err(|_| {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            TranscriptionSubmitError::Stopped
         })
+    }
+
+    /// Opens live sessions on this worker.
+    pub fn live(&self) -> &LiveSessions {
+        &self.live
     }
 }
 
 /// Starts the worker thread; it loads the model (state `Loading`, then `Ready` or `Failed`)
-/// and runs jobs until every queue handle is dropped.
+/// and runs jobs and live sessions until every queue handle is dropped.
 pub fn start_transcription_worker(
     settings: TranscriptionSettings,
     capacity: usize,
@@ -100,27 +171,39 @@ pub fn start_transcription_worker(
     watch::Receiver<TranscriberState>,
     JoinHandle<()>,
 )> {
-    // A zero-capacity channel would refuse every job the worker is not already waiting for.
-    let (jobs, inbox) = sync_channel(capacity.max(1));
+    let (inbox_tx, inbox) = channel();
+    // At least one: a zero capacity would refuse every job.
+    let capacity = capacity.max(1);
+    let waiting = Arc::new(AtomicUsize::new(0));
+    let live = LiveSessions::new(inbox_tx.clone(), settings.max_live_sessions);
     let (state, state_rx) = watch::channel(TranscriberState::Loading);
     let name = format!("stt-{}", settings.model_id);
+    let worker_waiting = waiting.clone();
     let thread = std::thread::Builder::new().name(name).spawn(move || {
         let (device, threads) = (settings.device, settings.threads);
         let worker = Worker {
             settings,
             inbox,
+            waiting: worker_waiting,
             state: &state,
         };
         if let Err(message) = device.run(threads, worker) {
             state.send_replace(TranscriberState::Failed(message));
         }
     })?;
-    Ok((TranscriptionQueue { jobs, capacity }, state_rx, thread))
+    let queue = TranscriptionQueue {
+        inbox: inbox_tx,
+        waiting,
+        capacity,
+        live,
+    };
+    Ok((queue, state_rx, thread))
 }
 
 struct Worker<'a> {
     settings: TranscriptionSettings,
-    inbox: Receiver<TranscriptionJob>,
+    inbox: Receiver<Inbox>,
+    waiting: Arc<AtomicUsize>,
     state: &'a watch::Sender<TranscriberState>,
 }
 
@@ -154,78 +237,226 @@ impl OnBackend for Worker<'_> {
                 max_audio_seconds: s.max_audio_seconds,
             })));
         tracing::info!(model = %s.model_id, "speech-to-text model loaded");
-        while let Ok(job) = self.inbox.recv() {
-            let events = job.events.clone();
-            let outcome =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| transcribe(&model, job)));
-            if outcome.is_err() {
-                let _ = events.send(TranscriptionEvent::Failed(
-                    "the model panicked on this input".into(),
-                ));
+        serve(&model, &self);
+    }
+}
+
+/// Inbox messages taken between two decode steps, at most.
+const MESSAGES_PER_STEP: usize = 256;
+
+/// The worker's loop: takes what arrived, starts the next utterance when none runs, and runs
+/// one decode step over everything that has a position to decode; waits for the inbox when
+/// nothing has.
+fn serve<T: Tensor>(model: &Transcriber<T>, worker: &Worker<'_>) {
+    let id = &worker.settings.model_id;
+    let label = || ("model", id.clone());
+    let batch_size = metrics::gauge!(metric_names::BATCH_SIZE, &[label()]);
+    let live_sessions = metrics::gauge!(metric_names::LIVE_SESSIONS, &[label()]);
+    let job_metrics = TranscriptionMetrics::new(id, "transcriptions");
+    let mut decoder = BatchDecoder::new(model, worker.settings.max_live_sessions + 1);
+    let mut live = LiveStreams::new(model, TranscriptionMetrics::new(id, "realtime"));
+    let mut jobs = VecDeque::new();
+    let mut running: Option<RunningJob<T>> = None;
+    loop {
+        let busy = live.utterances().any(|u| u.ready())
+            || running.as_ref().is_some_and(|r| r.utterance.ready())
+            || (running.is_none() && !jobs.is_empty());
+        let first = if busy {
+            None
+        } else {
+            match worker.inbox.recv() {
+                Ok(message) => Some(message),
+                Err(_) => return, // Every handle is gone: the server has stopped.
+            }
+        };
+        // A bounded number, so that a flood of appends does not hold the step back.
+        let arrived = first
+            .into_iter()
+            .chain(std::iter::from_fn(|| worker.inbox.try_recv().ok()))
+            .take(MESSAGES_PER_STEP);
+        for message in arrived {
+            match message {
+                Inbox::Job(job) => jobs.push_back(job),
+                Inbox::Live(command) => {
+                    let session = command.session();
+                    let run = std::panic::AssertUnwindSafe(|| live.command(command, &mut decoder));
+                    if std::panic::catch_unwind(run).is_err() {
+                        let message = "the model panicked on this audio";
+                        live.fail_session(session, message, &mut decoder);
+                    }
+                }
+            }
+        }
+        live_sessions.set(live.sessions() as f64);
+        if running.is_none() {
+            if let Some(job) = jobs.pop_front() {
+                worker.waiting.fetch_sub(1, Ordering::SeqCst);
+                running = RunningJob::start(model, &mut decoder, job, job_metrics.clone());
+            }
+        }
+        let mut rows: Vec<&mut Utterance<T>> = live.utterances().collect();
+        rows.extend(running.as_mut().map(|r| &mut r.utterance));
+        if !rows.iter().any(|u| u.ready()) {
+            continue;
+        }
+        let started = Instant::now();
+        let step =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decoder.step(&mut rows)));
+        drop(rows);
+        let elapsed = started.elapsed();
+        match step {
+            Ok(decoded) => batch_size.set(decoded as f64),
+            Err(_) => {
+                let message = "the model panicked on this audio";
+                live.fail_all(message, &mut decoder);
+                if let Some(job) = running.take() {
+                    job.fail(message, &mut decoder);
+                }
+                continue;
+            }
+        }
+        live.after_step(elapsed, &mut decoder);
+        if let Some(job) = running.as_mut() {
+            if job.after_step(model, elapsed) {
+                running.take().expect("the job").finish(model, &mut decoder);
             }
         }
     }
 }
 
-/// Decodes `job` position by position, sending each new piece of text as it is decoded.
-fn transcribe<T: Tensor>(model: &Transcriber<T>, job: TranscriptionJob) {
-    let embeddings = match model.audio_embeddings(&job.audio) {
-        Ok(e) => e,
-        Err(e) => {
-            let _ = job.events.send(TranscriptionEvent::Failed(e.to_string()));
-            return;
+/// The upload being transcribed: all its positions are embedded when it starts.
+struct RunningJob<T: Tensor> {
+    job: TranscriptionJob,
+    utterance: Utterance<T>,
+    /// Text sent as deltas.
+    sent: String,
+    seen_tokens: usize,
+    busy: Duration,
+    metrics: TranscriptionMetrics,
+}
+
+impl<T: Tensor> RunningJob<T> {
+    /// Embeds the job's audio; `None` (the job answered) when it cannot be transcribed.
+    fn start(
+        model: &Transcriber<T>,
+        decoder: &mut BatchDecoder<'_, T>,
+        job: TranscriptionJob,
+        metrics: TranscriptionMetrics,
+    ) -> Option<Self> {
+        let started = Instant::now();
+        let embedded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            model.audio_embeddings(&job.audio)
+        }));
+        let embeddings = match embedded {
+            Ok(Ok(e)) => e,
+            Ok(Err(e)) => {
+                let _ = job.events.send(TranscriptionEvent::Failed(e.to_string()));
+                return None;
+            }
+            Err(_) => {
+                let _ = job.events.send(TranscriptionEvent::Failed(
+                    "the model panicked on this input".into(),
+                ));
+                return None;
+            }
+        };
+        let Some(mut utterance) = decoder.start() else {
+            let _ = job.events.send(TranscriptionEvent::Failed(
+                "no decoder slot is free for this job".into(),
+            ));
+            return None;
+        };
+        utterance.feed(embeddings);
+        Some(RunningJob {
+            job,
+            utterance,
+            sent: String::new(),
+            seen_tokens: 0,
+            busy: started.elapsed(),
+            metrics,
+        })
+    }
+
+    /// Sends the text decoded since the last delta; whether the job has ended (decoded, or
+    /// its client gone).
+    fn after_step(&mut self, model: &Transcriber<T>, elapsed: Duration) -> bool {
+        let tokens = self.utterance.tokens();
+        if tokens.len() > self.seen_tokens {
+            self.seen_tokens = tokens.len();
+            self.busy += elapsed;
+            let delta = stable_delta(&model.tokenizer.decode(tokens), &self.sent);
+            if !delta.is_empty() {
+                self.sent.push_str(&delta);
+                self.metrics
+                    .speech_to_text
+                    .record(self.job.received.elapsed().as_secs_f64());
+                let _ = self.job.events.send(TranscriptionEvent::Delta(delta));
+            }
         }
-    };
-    let positions = embeddings.shape()[1];
-    let prompt = model.config.streaming.prompt_len().min(positions);
-    let mut decoding = model.start_decoding(positions);
-    let mut sent = String::new();
-    let mut next = 0;
-    while next < positions && decoding.tokens.last() != Some(&model.special.eos) {
-        let step = if next == 0 { prompt } else { 1 };
-        decoding.feed(&embeddings.narrow(1, next, step), &mut |_| {});
-        next += step;
+        self.utterance.waiting() == 0 || self.job.events.is_closed()
+    }
+
+    fn fail(self, message: &str, decoder: &mut BatchDecoder<'_, T>) {
+        let _ = self
+            .job
+            .events
+            .send(TranscriptionEvent::Failed(message.to_string()));
+        decoder.end(self.utterance);
+    }
+
+    /// Sends the rest of the text and the timed transcript; frees the slot.
+    fn finish(self, model: &Transcriber<T>, decoder: &mut BatchDecoder<'_, T>) {
+        let RunningJob {
+            job,
+            utterance,
+            sent,
+            busy,
+            metrics,
+            ..
+        } = self;
+        let transcript = Transcript {
+            text: model.tokenizer.decode(utterance.tokens()),
+            tokens: utterance.tokens().to_vec(),
+        };
+        decoder.end(utterance);
+        let sample_rate = model.config.mel.sample_rate;
+        let audio_seconds = job.audio.len() as f64 / f64::from(sample_rate);
+        metrics.audio_seconds.record(audio_seconds);
         if job.events.is_closed() {
             return; // The client has gone.
         }
-        let delta = stable_delta(&model.tokenizer.decode(&decoding.tokens), &sent);
-        if !delta.is_empty() {
-            sent.push_str(&delta);
-            let _ = job.events.send(TranscriptionEvent::Delta(delta));
+        if audio_seconds > 0.0 {
+            metrics
+                .real_time_factor
+                .record(busy.as_secs_f64() / audio_seconds);
         }
-    }
-    let transcript = Transcript {
-        text: model.tokenizer.decode(&decoding.tokens),
-        tokens: decoding.tokens,
-    };
-    if let Some(rest) = transcript.text.strip_prefix(sent.as_str()) {
-        if !rest.is_empty() {
-            let _ = job.events.send(TranscriptionEvent::Delta(rest.to_string()));
+        if let Some(rest) = transcript.text.strip_prefix(sent.as_str()) {
+            if !rest.is_empty() {
+                let _ = job.events.send(TranscriptionEvent::Delta(rest.to_string()));
+            }
         }
+        let token_seconds = token_seconds(&model.config.streaming, sample_rate);
+        // The right padding's positions decode too: their words end with the audio.
+        let words = words(&transcript, &model.tokenizer, &model.special, token_seconds)
+            .into_iter()
+            .map(|w| TimedText {
+                start: w.start.min(audio_seconds),
+                end: w.end.min(audio_seconds),
+                text: w.text,
+            })
+            .collect();
+        let _ = job.events.send(TranscriptionEvent::Done(TimedTranscript {
+            words,
+            audio_seconds,
+            text: transcript.text,
+            tokens: transcript.tokens,
+        }));
     }
-    let sample_rate = model.config.mel.sample_rate;
-    let token_seconds = token_seconds(&model.config.streaming, sample_rate);
-    let audio_seconds = job.audio.len() as f64 / f64::from(sample_rate);
-    // The right padding's positions decode too: their words end with the audio.
-    let words = words(&transcript, &model.tokenizer, &model.special, token_seconds)
-        .into_iter()
-        .map(|w| TimedText {
-            start: w.start.min(audio_seconds),
-            end: w.end.min(audio_seconds),
-            text: w.text,
-        })
-        .collect();
-    let _ = job.events.send(TranscriptionEvent::Done(TimedTranscript {
-        words,
-        audio_seconds,
-        text: transcript.text,
-        tokens: transcript.tokens,
-    }));
 }
 
 /// The text of `decoded` past `sent`, holding back a trailing replacement character: the
 /// last token may have ended inside a UTF-8 sequence that the next one completes.
-fn stable_delta(decoded: &str, sent: &str) -> String {
+pub(crate) fn stable_delta(decoded: &str, sent: &str) -> String {
     let stable = decoded.trim_end_matches('\u{FFFD}');
     stable
         .strip_prefix(sent)

@@ -7,7 +7,9 @@ use super::queue::JobQueue;
 use super::{metric_names, ModelMetrics};
 use crate::audio;
 use crate::device::{DeviceChoice, OnBackend};
-use crate::engine::{EngineOptions, ModelCard, SpeechPreparer, TextToSpeech, WithEngine};
+use crate::engine::{
+    EngineError, EngineOptions, ModelCard, SpeechPreparer, TextToSpeech, WithEngine,
+};
 use crate::models;
 use crate::tensor::cpu_gemv::Variant;
 use crate::tensor::tch_backend::TchTensor;
@@ -276,20 +278,25 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
         let (engine, metrics) = (self.engine, self.metrics);
         let stepped = catch_unwind(AssertUnwindSafe(|| {
             let mut batch: Vec<_> = self.active.iter_mut().map(|a| a.session()).collect();
-            engine.step(&mut batch);
+            engine.step(&mut batch)
         }));
-        if let Err(panic) = stepped {
-            // The batch's caches may be half-written: every job in it fails; the model
-            // itself holds no per-job state, so the worker goes on.
-            let message = panic_message(&*panic);
-            tracing::error!(%message, jobs = self.active.len(), "batch step panicked");
+        // The batch's caches may be half-written: every job in it fails; the model itself
+        // holds no per-job state, so the worker goes on.
+        let (message, panicked) = match stepped {
+            Ok(Ok(())) => (None, false),
+            Ok(Err(e)) => (Some(e.0), false),
+            Err(panic) => (Some(panic_message(&*panic)), true),
+        };
+        if let Some(message) = message {
+            let outcome = if panicked { "panicked" } else { "failed" };
+            tracing::error!(%message, jobs = self.active.len(), "batch step {outcome}");
             for active in self.active.drain(..) {
-                fail(
-                    metrics,
-                    &active.job,
-                    JobError::Panicked(message.clone()),
-                    "panicked",
-                );
+                let error = if panicked {
+                    JobError::Panicked(message.clone())
+                } else {
+                    JobError::Engine(EngineError(message.clone()))
+                };
+                fail(metrics, &active.job, error, outcome);
             }
             return;
         }

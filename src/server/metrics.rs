@@ -3,6 +3,7 @@
 //! metric but the HTTP counter has a `model` label.
 
 use crate::scheduler::metric_names as engine;
+use crate::scheduler::transcription::metric_names as stt;
 use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -33,6 +34,9 @@ pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
         .set_buckets_for_metric(Matcher::Full(TIME_TO_FIRST_AUDIO.into()), &LATENCY_BUCKETS)?
         .set_buckets_for_metric(Matcher::Full(engine::REAL_TIME_FACTOR.into()), &RTF_BUCKETS)?
         .set_buckets_for_metric(Matcher::Full(engine::AUDIO_SECONDS.into()), &AUDIO_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(stt::AUDIO_SECONDS.into()), &AUDIO_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(stt::REAL_TIME_FACTOR.into()), &RTF_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(stt::SPEECH_TO_TEXT.into()), &LATENCY_BUCKETS)?
         .install_recorder()?;
     metrics::describe_counter!(HTTP_REQUESTS, "HTTP requests by route, method and status");
     metrics::describe_gauge!(QUEUE_DEPTH, "Speech jobs waiting for the inference worker");
@@ -67,7 +71,30 @@ pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
         engine::KV_FREE_SLOTS,
         "KV-cache slots free for new jobs (0: new jobs wait)"
     );
+    describe_transcription();
     Ok(handle)
+}
+
+fn describe_transcription() {
+    metrics::describe_histogram!(
+        stt::AUDIO_SECONDS,
+        metrics::Unit::Seconds,
+        "Audio transcribed per upload or live item, by api (transcriptions, realtime)"
+    );
+    metrics::describe_histogram!(
+        stt::REAL_TIME_FACTOR,
+        "Decode time a transcription took part in divided by its audio duration"
+    );
+    metrics::describe_histogram!(
+        stt::SPEECH_TO_TEXT,
+        metrics::Unit::Seconds,
+        "Time from the arrival of the speech a piece of text transcribes to that text going out"
+    );
+    metrics::describe_gauge!(stt::LIVE_SESSIONS, "Live transcription sessions open");
+    metrics::describe_gauge!(
+        stt::BATCH_SIZE,
+        "Utterances decoded together in the last transcription step"
+    );
 }
 
 /// Keeps histogram memory bounded: the exporter drains samples on upkeep, which its own

@@ -12,7 +12,7 @@ mod metrics;
 mod openapi;
 mod routes;
 mod state;
-mod voice_catalog;
+pub(crate) mod voice_catalog;
 pub mod voice_store;
 mod wyoming;
 
@@ -32,7 +32,7 @@ use axum::routing::get;
 use axum::Router;
 use drain::Drain;
 use routes::speech::SEED_HEADER;
-use routes::{health, models, playground, speech, transcriptions, voices};
+use routes::{health, models, playground, realtime, speech, transcriptions, voices};
 use state::{AppState, ServedModel, ServedTranscriber, ServedVoiceEncoder};
 use std::future::IntoFuture;
 use std::sync::Arc;
@@ -64,7 +64,9 @@ fn v1_routes() -> OpenApiRouter<AppState> {
 /// Speech to text: the same keys and drain as [`v1_routes`], with the upload limit of
 /// `max_transcription_bytes` instead of `max_body_bytes`.
 fn transcription_routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(transcriptions::create_transcription))
+    OpenApiRouter::new()
+        .routes(routes!(transcriptions::create_transcription))
+        .routes(routes!(realtime::realtime_websocket))
 }
 
 /// Custom voices: the same keys and drain as [`v1_routes`], with the upload limit of
@@ -238,6 +240,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
                     dtype: config.dtype.into(),
                     threads: config.threads,
                     max_audio_seconds: config.max_transcription_seconds as f64,
+                    max_live_sessions: config.max_realtime_sessions,
                 },
                 config.queue_capacity,
             )

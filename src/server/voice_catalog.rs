@@ -46,6 +46,12 @@ pub fn unknown_voice_message(requested: &str, card: &ModelCard) -> String {
         ),
         None => format!("Unknown voice '{requested}'."),
     };
+    if card.cloning {
+        message.push_str(
+            " Custom voices of this model: create one from a clip with POST /v1/audio/voices \
+             and pass its id, voice: {\"id\": \"voice_...\"}.",
+        );
+    }
     if card.voices.is_empty() {
         message.push_str(" This model folder has no preset voices.");
         return message;

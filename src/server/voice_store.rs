@@ -6,9 +6,10 @@
 //! A voice appears at once or not at all: it is written under `.incoming-*` and renamed into
 //! place, and removed by renaming it to `.deleting-*` first. Leftovers of a crash (either
 //! prefix) are cleared when the store opens; the folder itself is made by the first voice
-//! stored (a server whose models cannot clone never creates it); a voice folder that cannot be read is skipped
-//! with a warning, never deleted (it is the operator's data).
+//! stored (a server whose models cannot clone never creates it); a voice folder that cannot
+//! be read is skipped with a warning, never deleted (it is the operator's data).
 
+use crate::engine::voice::CUSTOM_VOICE_PREFIX;
 pub use crate::engine::voice::{TensorData, VoiceTensor, VoiceTensors};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -19,7 +20,7 @@ use std::sync::{Mutex, RwLock};
 
 const META_FILE: &str = "voice.json";
 const TENSORS_FILE: &str = "voice.safetensors";
-const ID_PREFIX: &str = "voice_";
+const ID_PREFIX: &str = CUSTOM_VOICE_PREFIX;
 const INCOMING_PREFIX: &str = ".incoming-";
 const DELETING_PREFIX: &str = ".deleting-";
 

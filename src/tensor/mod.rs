@@ -137,6 +137,12 @@ pub trait Tensor: Clone + Sized {
     fn elu(&self) -> Self;
     /// Round to nearest, ties to even (what `torch.round` does).
     fn round(&self) -> Self;
+    /// `x` where positive, `slope · x` elsewhere (HiFi-GAN), for `0 ≤ slope ≤ 1`. The default
+    /// sums the two clamped halves, which gives exactly `x` or `slope · x` per element.
+    fn leaky_relu(&self, slope: f32) -> Self {
+        self.clamp(0.0, f32::MAX)
+            .add(&self.clamp(f32::MIN, 0.0).scale(slope))
+    }
 
     /// `x @ weight.T` for `weight` `[out, in]`.
     fn linear(&self, weight: &Self) -> Self;
@@ -579,6 +585,22 @@ pub(crate) mod conformance {
                 (f64::from(*g) - want).abs() < 1e-6,
                 "elu({x}) = {g}, want {want}"
             );
+        }
+    }
+
+    /// `leaky_relu` is exactly `x` or `slope · x` in f32, on the backend and in the
+    /// trait's default.
+    pub fn leaky_relu_is_exact<T: Tensor>(device: &T::Device) {
+        let x = [-6.0f32, -1.3, -0.25, -0.0, 0.0, 0.3, 4.5];
+        let t = T::from_f32(device, &x, &[1, 7], DType::F32);
+        let default = t
+            .clamp(0.0, f32::MAX)
+            .add(&t.clamp(f32::MIN, 0.0).scale(0.1));
+        for got in [t.leaky_relu(0.1).to_vec_f32(), default.to_vec_f32()] {
+            for (g, x) in got.iter().zip(x) {
+                let want = if x > 0.0 { x } else { x * 0.1 };
+                assert_eq!(*g, want, "leaky_relu({x})");
+            }
         }
     }
 }

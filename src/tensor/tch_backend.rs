@@ -351,6 +351,12 @@ impl Tensor for TchTensor {
         Self::wrap(self.0.sin())
     }
 
+    fn leaky_relu(&self, slope: f32) -> Self {
+        // tch's `leaky_relu` has no slope argument; for slope ≤ 1 the larger of x and
+        // slope · x is the same value.
+        Self::wrap(self.0.maximum(&(&self.0 * f64::from(slope))))
+    }
+
     fn elu(&self) -> Self {
         Self::wrap(self.0.elu())
     }
@@ -670,5 +676,10 @@ mod tests {
     #[test]
     fn elu_matches_f64() {
         super::super::conformance::elu_matches_f64::<TchTensor>(&Device::Cpu);
+    }
+
+    #[test]
+    fn leaky_relu_is_exact() {
+        super::super::conformance::leaky_relu_is_exact::<TchTensor>(&Device::Cpu);
     }
 }

@@ -10,6 +10,7 @@
 mod qwen3_tts;
 pub(crate) mod tekken;
 mod voxtral_realtime;
+pub mod xtts_vocoder;
 
 pub use qwen3_tts::{
     cached_test_model as cached_qwen3_test_model, make_test_model as make_qwen3_test_model,
@@ -695,6 +696,7 @@ fn generator_digest() -> String {
         include_str!("qwen3_tts.rs"),
         include_str!("tekken.rs"),
         include_str!("voxtral_realtime.rs"),
+        include_str!("xtts_vocoder.rs"),
     ];
     let mut hasher = DefaultHasher::new();
     sources.hash(&mut hasher);

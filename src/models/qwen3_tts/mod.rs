@@ -2,11 +2,13 @@
 //! the special ids of its text tokenizer, the talker and code predictor that turn a prompt
 //! into frames of 16 codes, the speaker encoder (x-vector of a reference clip) and the
 //! speech-tokenizer decoder (codes to waveform) and encoder (a reference clip to codes, for
-//! in-context cloning). Not served yet.
+//! in-context cloning); `engine` serves them behind the engine interface.
 //! Spec: `shared/docs/qwen3-tts-spec.md`.
 
+pub mod catalog;
 mod code_predictor;
 pub mod config;
+pub mod engine;
 pub mod model;
 pub mod prompt;
 pub mod sampling;
@@ -18,6 +20,7 @@ mod talker;
 pub mod tokens;
 pub mod voice_encoder;
 
+pub use engine::{Qwen3Engine, Qwen3Prompter};
 pub use model::{GenerateError, Qwen3Tts, Session, TalkerOptions};
 pub use prompt::{ClonedVoice, PromptInput, Reference, TextLayout, Voice};
 pub use sampling::{GenerationParams, Sampling, Uniforms};

@@ -118,6 +118,11 @@ impl<T: Tensor> Qwen3Tts<T> {
         })
     }
 
+    /// Sessions that can start now: free slots of the talker's KV pool.
+    pub fn free_slots(&self) -> usize {
+        self.kv.borrow().free_slots()
+    }
+
     /// The x-vector of a mono reference clip at 24 kHz; `None` for the variants that do not
     /// clone (no speaker encoder).
     pub fn x_vector(&self, clip: &[f32]) -> Option<Result<Vec<f32>, SpeakerMelError>> {
@@ -253,7 +258,6 @@ impl<T: Tensor> Qwen3Tts<T> {
     /// One frame for every session of `sessions` that has not stopped: its codebooks 1..15,
     /// then one talker step for all of them together, which picks each one's next token.
     pub fn step(&self, sessions: &mut [&mut Session<'_, T>]) -> Result<(), GenerateError> {
-        let t = &self.config.talker_config;
         let mut active: Vec<&mut Session<'_, T>> = sessions
             .iter_mut()
             .filter(|s| s.stop.is_none())
@@ -262,24 +266,65 @@ impl<T: Tensor> Qwen3Tts<T> {
         if active.is_empty() {
             return Ok(());
         }
+        let frames = active
+            .iter_mut()
+            .map(|s| self.predict_frame(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.advance(&mut active, frames)
+    }
+
+    /// A step fed the reference's frame instead of the session's own (teacher forcing, to
+    /// measure how far a dtype's predictions drift from the reference's without compounding):
+    /// codebooks 1..15 are predicted after the reference's token `c0`, and the talker reads
+    /// `reference`. Returns the predicted frame; the talker's next token is the session's
+    /// last token. Runs whether or not the session has stopped.
+    pub fn step_teacher_forced(
+        &self,
+        session: &mut Session<'_, T>,
+        reference: &[u32],
+    ) -> Result<Vec<u32>, GenerateError> {
+        *session
+            .tokens
+            .last_mut()
+            .expect("a started session has a token") = reference[0];
+        let predicted = self.predict_frame(session)?;
+        self.advance(&mut [session], vec![reference.to_vec()])?;
+        Ok(predicted)
+    }
+
+    /// The session's next frame: its last token `c0`, then codebooks 1..15 from the code
+    /// predictor.
+    fn predict_frame(&self, s: &mut Session<'_, T>) -> Result<Vec<u32>, GenerateError> {
+        let hidden = self.config.talker_config.hidden_size;
+        let c0 = *s.tokens.last().expect("a started session has a token");
+        let c0_embedding = self.talker.codec(&[c0]).reshape(&[1, 1, hidden]);
+        let (params, uniforms) = (&s.params, &mut s.uniforms);
+        let penalty = self
+            .config
+            .talker_config
+            .code_predictor_config
+            .repetition_penalty as f32;
+        let codes = self
+            .predictor
+            .predict(&s.hidden, &c0_embedding, |logits, before| {
+                sampling::penalize(logits, before, penalty);
+                sampling::pick(logits, &params.predictor, uniforms)
+            })?;
+        let mut frame = vec![c0];
+        frame.extend(codes);
+        Ok(frame)
+    }
+
+    /// Feeds each session its frame (plus its next trailing text) in one talker step for
+    /// all, which picks each one's next token.
+    fn advance(
+        &self,
+        active: &mut [&mut Session<'_, T>],
+        frames: Vec<Vec<u32>>,
+    ) -> Result<(), GenerateError> {
+        let hidden_size = self.config.talker_config.hidden_size;
         let mut inputs = Vec::with_capacity(active.len());
-        for s in active.iter_mut() {
-            let c0 = *s.tokens.last().expect("a started session has a token");
-            let c0_embedding = self.talker.codec(&[c0]).reshape(&[1, 1, t.hidden_size]);
-            let (params, uniforms) = (&s.params, &mut s.uniforms);
-            let penalty = self
-                .config
-                .talker_config
-                .code_predictor_config
-                .repetition_penalty as f32;
-            let codes = self
-                .predictor
-                .predict(&s.hidden, &c0_embedding, |logits, before| {
-                    sampling::penalize(logits, before, penalty);
-                    sampling::pick(logits, &params.predictor, uniforms)
-                })?;
-            let mut frame = vec![c0];
-            frame.extend(codes);
+        for (s, frame) in active.iter_mut().zip(frames) {
             let text = match s.trailing.shape()[0] {
                 n if s.frames.len() < n => s.trailing.narrow(0, s.frames.len(), 1),
                 _ => self.tts_pad.clone(),
@@ -288,7 +333,7 @@ impl<T: Tensor> Qwen3Tts<T> {
             s.frames.push(frame);
         }
         let rows = inputs.len();
-        let x = T::cat(&inputs.iter().collect::<Vec<_>>(), 0).reshape(&[rows, 1, t.hidden_size]);
+        let x = T::cat(&inputs.iter().collect::<Vec<_>>(), 0).reshape(&[rows, 1, hidden_size]);
         let hidden = {
             let mut kv = self.kv.borrow_mut();
             let mut slots: Vec<&mut KvSlot> = active.iter_mut().map(|s| &mut s.slot).collect();

@@ -4,12 +4,13 @@
 //! (`speaker_encoder.*` of `model.safetensors`, the encoder half of `speech_tokenizer/`, the
 //! text tokenizer), apart from the talker, so that a voice is computed off the decoding thread.
 //!
-//! The tensors it writes, which the engine reads back with [`cloned_voice`]:
+//! The tensors it writes, which the engine (`engine.rs`) reads back:
 //! - [`X_VECTOR`]: f32 `[hidden]`;
 //! - with a transcript, [`REF_CODES`]: i64 `[frames, 16]`, and [`REF_TEXT_IDS`]: i64 `[n]`,
 //!   `<|im_start|>assistant\n{transcript}<|im_end|>\n` tokenized ([`Reference::text_ids`]).
 
 use super::config::{Qwen3TtsConfig, TtsModelType};
+use super::engine::{REF_CODES, REF_TEXT_IDS, X_VECTOR};
 use super::prompt::{reference_text, ClonedVoice, Reference};
 use super::speaker_encoder::SpeakerEncoder;
 use super::speaker_mel::{SpeakerMelFrontEnd, SPEAKER_SAMPLE_RATE};
@@ -23,10 +24,6 @@ use crate::tokenizers::qwen2::Qwen2Tokenizer;
 use memmap2::Mmap;
 use std::path::Path;
 use std::sync::Arc;
-
-pub const X_VECTOR: &str = "x_vector";
-pub const REF_CODES: &str = "ref_codes";
-pub const REF_TEXT_IDS: &str = "ref_text_ids";
 
 /// Shortest clip accepted: a voice needs some speech (the official code takes any length).
 pub const MIN_CLIP_SECONDS: f32 = 0.5;
@@ -149,7 +146,7 @@ impl<T: Tensor> VoiceEncoder for Qwen3VoiceEncoder<T> {
             Some(text) => Some(self.reference(clip, text)?),
             None => None,
         };
-        Ok(voice_tensors(&ClonedVoice {
+        Ok(stored_tensors(&ClonedVoice {
             x_vector,
             reference,
         }))
@@ -157,7 +154,7 @@ impl<T: Tensor> VoiceEncoder for Qwen3VoiceEncoder<T> {
 }
 
 /// A cloned voice as stored tensors.
-pub fn voice_tensors(voice: &ClonedVoice) -> VoiceTensors {
+pub fn stored_tensors(voice: &ClonedVoice) -> VoiceTensors {
     let mut tensors = VoiceTensors::default();
     let x = &voice.x_vector;
     tensors.insert(X_VECTOR, vec![x.len()], TensorData::F32(x.clone()));
@@ -179,49 +176,11 @@ pub fn voice_tensors(voice: &ClonedVoice) -> VoiceTensors {
     tensors
 }
 
-/// The stored tensors of a voice, read back for a talker `hidden` wide; `Err` says what is
-/// missing or malformed (a voice folder edited or made by another model).
-pub fn cloned_voice(tensors: &VoiceTensors, hidden: usize) -> Result<ClonedVoice, String> {
-    let (shape, x) = tensors.f32(X_VECTOR)?;
-    if shape != [hidden] {
-        return Err(format!(
-            "{X_VECTOR} has shape {shape:?}; this model needs [{hidden}]"
-        ));
-    }
-    let reference = if tensors.contains(REF_CODES) || tensors.contains(REF_TEXT_IDS) {
-        let (code_shape, codes) = tensors.i64(REF_CODES)?;
-        let (_, ids) = tensors.i64(REF_TEXT_IDS)?;
-        let &[frames, width] = code_shape else {
-            return Err(format!(
-                "{REF_CODES} has shape {code_shape:?}; expected 2 dimensions"
-            ));
-        };
-        if codes.len() != frames * width {
-            return Err(format!(
-                "{REF_CODES} holds {} codes, not {frames} × {width}",
-                codes.len()
-            ));
-        }
-        let to_u32 = |v: &i64| u32::try_from(*v).map_err(|_| format!("negative or huge id {v}"));
-        let codes: Vec<u32> = codes.iter().map(to_u32).collect::<Result<_, _>>()?;
-        Some(Reference {
-            text_ids: ids.iter().map(to_u32).collect::<Result<_, _>>()?,
-            codes: (0..frames)
-                .map(|f| codes[f * width..(f + 1) * width].to_vec())
-                .collect(),
-        })
-    } else {
-        None
-    };
-    Ok(ClonedVoice {
-        x_vector: x.to_vec(),
-        reference,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::CustomVoice;
+    use crate::models::qwen3_tts::engine::voice_tensors;
 
     fn voice(reference: bool) -> ClonedVoice {
         ClonedVoice {
@@ -233,35 +192,29 @@ mod tests {
         }
     }
 
+    /// What this encoder writes, the engine reads back as the same voice.
     #[test]
     fn stored_tensors_read_back_as_the_voice() {
         for in_context in [false, true] {
-            let tensors = voice_tensors(&voice(in_context));
+            let tensors = stored_tensors(&voice(in_context));
             assert_eq!(tensors.contains(REF_CODES), in_context);
-            let back = cloned_voice(&tensors, 3).unwrap();
-            assert_eq!(back.x_vector, voice(in_context).x_vector);
-            let (got, want) = (back.reference, voice(in_context).reference);
+            let stored = CustomVoice {
+                id: "voice_0".into(),
+                transcript: None,
+                tensors,
+            };
+            let back = voice_tensors(&stored).unwrap();
+            let want = voice(in_context);
+            assert_eq!(back.x_vector, want.x_vector);
+            let (got, want) = (back.reference, want.reference);
             assert_eq!(
                 got.as_ref().map(|r| &r.codes),
                 want.as_ref().map(|r| &r.codes)
             );
             assert_eq!(got.map(|r| r.text_ids), want.map(|r| r.text_ids));
         }
-        let tensors = voice_tensors(&voice(true));
+        let tensors = stored_tensors(&voice(true));
         assert_eq!(tensors.i64(REF_CODES).unwrap().0, &[3, 2]);
-    }
-
-    #[test]
-    fn malformed_tensors_are_errors() {
-        let tensors = voice_tensors(&voice(true));
-        assert!(cloned_voice(&tensors, 4).unwrap_err().contains("[4]"));
-        let mut no_text = tensors.clone();
-        no_text.0.remove(REF_TEXT_IDS);
-        assert!(cloned_voice(&no_text, 3)
-            .unwrap_err()
-            .contains(REF_TEXT_IDS));
-        let mut negative = tensors;
-        negative.insert(REF_TEXT_IDS, vec![1], TensorData::I64(vec![-1]));
-        assert!(cloned_voice(&negative, 3).unwrap_err().contains("-1"));
+        assert_eq!(tensors.f32(X_VECTOR).unwrap().0, &[3]);
     }
 }

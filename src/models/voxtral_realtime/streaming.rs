@@ -79,9 +79,17 @@ impl<'a, T: Tensor> AudioStream<'a, T> {
         self.embed_ready()
     }
 
+    /// Audio samples pushed (padding excluded).
+    pub fn samples(&self) -> usize {
+        self.pushed
+    }
+
     /// Ends the stream with the offline alignment and right pad; returns the embeddings of
-    /// the positions left.
-    pub fn finish(mut self) -> Result<Option<T>, TranscribeError> {
+    /// the positions left (none when it has ended already).
+    pub fn finish(&mut self) -> Result<Option<T>, TranscribeError> {
+        if self.finished {
+            return Ok(None);
+        }
         let streaming = &self.model.config.streaming;
         let token = streaming.samples_per_token;
         let align = self.pushed.next_multiple_of(token) - self.pushed;
@@ -187,7 +195,7 @@ impl<'a, T: Tensor> TranscriptionStream<'a, T> {
     pub fn finish(self) -> Result<(Vec<u32>, Transcript), TranscribeError> {
         let TranscriptionStream {
             model,
-            audio,
+            mut audio,
             mut decoding,
         } = self;
         let last = decode(&mut decoding, audio.finish()?);

@@ -71,12 +71,27 @@ impl<T: Tensor> TextDecoder<T> {
         self.tok_embeddings.embedding(&ids).add(audio)
     }
 
+    /// The decoder's input for one position of each of several sequences: `tokens[r]` at
+    /// the position of `audio` row `r` (`[rows, 1, dim]`), `[rows, 1, dim]`.
+    pub fn embed_rows(&self, tokens: &[u32], audio: &T) -> T {
+        let ids: Vec<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
+        let ids = T::from_i64(&self.device, &ids, &[ids.len(), 1]);
+        self.tok_embeddings.embedding(&ids).add(audio)
+    }
+
     /// Runs `input` `[1, len, dim]` (from [`embed`](Self::embed)) after what `slot` holds and
     /// returns the logits of its last position, `[1, vocab]`.
     pub fn last_logits(&self, input: &T, pool: &mut KvPool<T>, slot: &mut KvSlot) -> T {
-        let hidden = self.decoder.forward(input, pool, &mut [slot]);
-        let len = hidden.shape()[1];
-        let last = hidden.narrow(1, len - 1, 1).reshape(&[1, self.dim]);
+        self.rows_logits(input, pool, &mut [slot])
+    }
+
+    /// Runs `input` `[rows, len, dim]`, row `r` after what `slots[r]` holds (one token per
+    /// row when there are several: a batched step), and returns the logits of each row's last
+    /// position, `[rows, vocab]`.
+    pub fn rows_logits(&self, input: &T, pool: &mut KvPool<T>, slots: &mut [&mut KvSlot]) -> T {
+        let hidden = self.decoder.forward(input, pool, slots);
+        let (rows, len) = (hidden.shape()[0], hidden.shape()[1]);
+        let last = hidden.narrow(1, len - 1, 1).reshape(&[rows, self.dim]);
         last.linear(self.output.as_ref().unwrap_or(&self.tok_embeddings))
     }
 }

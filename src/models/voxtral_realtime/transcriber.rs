@@ -55,7 +55,7 @@ pub struct Transcriber<T: Tensor> {
     pub tokenizer: Tekken,
     pub special: SpecialIds,
     pub(super) tower: AudioTower<T>,
-    decoder: TextDecoder<T>,
+    pub(super) decoder: TextDecoder<T>,
     pub(super) mel: MelFrontEnd,
     pub(super) dtype: DType,
     max_positions: usize,

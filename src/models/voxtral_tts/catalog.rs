@@ -81,6 +81,7 @@ pub fn card<'a>(
         languages: LANGUAGES.iter().map(|(code, _)| code.to_string()).collect(),
         cloning: false,
         instructions: false,
+        voice_design: false,
         sample_rate,
         samples_per_frame,
         max_frames: DEFAULT_MAX_FRAMES,

@@ -54,14 +54,15 @@ impl<T: Tensor> TextToSpeech for Voxtral<T> {
             seed: speech.sampling.seed.wrapping_add(segment as u64),
             scale: speech.sampling.noise_scale,
         };
-        let ids = speech.segments[segment].prompt_ids.clone();
+        let ids = speech.segments[segment].prompt.ids.clone();
         let chunk = self.prefill_chunk;
         Ok(self.start_prompt(ids, &speech.voice, speech.max_frames, &noise, chunk)?)
     }
 
     /// One frame each, or one prefill chunk for a session still prefilling its prompt.
-    fn step(&self, batch: &mut [&mut Generation<'_, T>]) {
+    fn step(&self, batch: &mut [&mut Generation<'_, T>]) -> Result<(), EngineError> {
         Generation::step_batch(batch);
+        Ok(())
     }
 
     fn decode(&self, session: &Generation<'_, T>, from: usize) -> Result<Vec<f32>, EngineError> {

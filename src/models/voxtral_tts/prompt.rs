@@ -3,7 +3,7 @@
 //! prompts before queueing (`crate::engine::SpeechPreparer`).
 
 use super::params::Config;
-use crate::engine::{PrepareError, SpeechPreparer};
+use crate::engine::{Conditioning, PrepareError, Prompt, SpeechPreparer};
 use crate::nn::LoadError;
 use crate::tokenizers::tekken::Tekken;
 use std::collections::BTreeMap;
@@ -91,8 +91,15 @@ impl Prompter {
 }
 
 impl SpeechPreparer for Prompter {
-    fn prompt(&self, text: &str, voice: &str) -> Result<Vec<u32>, PrepareError> {
-        self.prompt_ids(text, voice)
+    /// Voxtral has no language, instruction or cloning input: the preset sets them all
+    /// (the HTTP layer never hands it a custom voice: its card does not clone).
+    fn prompt(
+        &self,
+        text: &str,
+        voice: &str,
+        _conditioning: &Conditioning,
+    ) -> Result<Prompt, PrepareError> {
+        self.prompt_ids(text, voice).map(Prompt::of_ids)
     }
 
     fn max_positions(&self) -> usize {

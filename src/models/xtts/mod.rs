@@ -1,8 +1,13 @@
 //! XTTS-v2 (coqui-tts; reference code MPL-2.0, weights under the non-commercial Coqui Public
 //! Model License): so far, reading its published checkpoints without executing their pickles,
 //! converting them to safetensors, and opening the converted folder without any pickle
-//! (docs/xtts-v2-spec.md §1, §8).
+//! (docs/xtts-v2-spec.md §1, §8); the speaker encoder (`speaker_encoder`, §3.3) and the
+//! HiFi-GAN waveform decoder (`hifigan`, §6) with a bounded-window stream (`hifigan_stream`,
+//! §7).
 
 pub mod checkpoint;
 pub mod convert;
 pub mod folder;
+pub mod hifigan;
+pub mod hifigan_stream;
+pub mod speaker_encoder;

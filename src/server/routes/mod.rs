@@ -4,6 +4,7 @@ pub mod health;
 pub mod metrics;
 pub mod models;
 pub mod playground;
+pub mod realtime;
 pub mod speech;
 pub mod transcriptions;
 pub mod voices;

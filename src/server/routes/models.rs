@@ -45,6 +45,8 @@ pub struct Capabilities {
     cloning: bool,
     /// Free-text instructions steer the style.
     instructions: bool,
+    /// `instructions` describe the whole voice (there are no presets; `voice` is ignored).
+    voice_design: bool,
     /// BCP 47 codes.
     languages: Vec<String>,
     /// Of the PCM it produces (before any encoding); for speech to text, of the audio it reads.
@@ -73,6 +75,7 @@ fn models(app: &AppState) -> Vec<Model> {
                     voices: m.card.voices.iter().map(|v| v.name.clone()).collect(),
                     cloning: m.card.cloning,
                     instructions: m.card.instructions,
+                    voice_design: m.card.voice_design,
                     languages: m.card.languages.clone(),
                     sample_rate: m.card.sample_rate,
                     samples_per_frame: m.card.samples_per_frame,
@@ -99,10 +102,11 @@ fn models(app: &AppState) -> Vec<Model> {
             },
             family: card.as_ref().map(|c| c.family),
             capabilities: card.map(|c| Capabilities {
-                endpoints: vec!["/v1/audio/transcriptions"],
+                endpoints: vec!["/v1/audio/transcriptions", "/v1/realtime"],
                 voices: Vec::new(),
                 cloning: false,
                 instructions: false,
+                voice_design: false,
                 languages: Vec::new(),
                 sample_rate: c.sample_rate,
                 samples_per_frame: c.samples_per_token,

@@ -17,7 +17,7 @@ use axum::Json;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use std::convert::Infallible;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// The fields of the multipart form this endpoint reads.
@@ -147,6 +147,7 @@ pub async fn create_transcription(
     State(app): State<AppState>,
     multipart: Multipart,
 ) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
     let form = read_form(multipart).await?;
     let model_name = form
         .model
@@ -182,6 +183,7 @@ pub async fn create_transcription(
         .try_submit(TranscriptionJob {
             audio: audio.samples,
             events,
+            received: arrived,
         })
         .map_err(|e| match e {
             TranscriptionSubmitError::Full(_) => ApiError::new(

@@ -189,7 +189,10 @@ pub(crate) async fn prepare(
     })
     .await
     .map_err(|e| ApiError::internal(format!("text preparation stopped: {e}")))?
-    .map_err(|e| ApiError::invalid(e.param(), format!("{e}.")))
+    .map_err(|e| {
+        let message = e.to_string();
+        ApiError::invalid(e.param(), format!("{}.", message.trim_end_matches('.')))
+    })
 }
 
 /// Queues a prepared synthesis on `model`'s worker (for the HTTP route and the Wyoming

@@ -2,7 +2,8 @@
 //! validation into a job for the worker.
 
 use crate::audio::{AudioFormat, MAX_SPEED, MIN_SPEED};
-use crate::engine::{ModelCard, Sampling, SpeechInput};
+use crate::engine::voice::CUSTOM_VOICE_PREFIX;
+use crate::engine::{Conditioning, ModelCard, Sampling, SpeechInput};
 use crate::server::error::ApiError;
 use crate::server::voice_catalog;
 use serde::Deserialize;
@@ -11,6 +12,10 @@ use utoipa::ToSchema;
 
 /// OpenAI's range for `speed`: what the time stretch takes.
 const SPEED_RANGE: RangeInclusive<f32> = MIN_SPEED..=MAX_SPEED;
+/// `temperature`'s range, as OpenAI's other endpoints take it.
+const TEMPERATURE_RANGE: RangeInclusive<f32> = 0.0..=2.0;
+/// Characters of `instructions` (OpenAI's limit).
+const MAX_INSTRUCTIONS_CHARS: usize = 4096;
 
 fn mp3() -> AudioFormat {
     AudioFormat::Mp3
@@ -25,9 +30,19 @@ pub struct SpeechRequest {
     /// The text to speak: 1 to 4096 characters (the limit is the `max_input_chars` setting).
     pub input: String,
     pub voice: VoiceChoice,
-    /// Accepted for compatibility and ignored: Voxtral has no instruction input. The
-    /// preset voice sets the style.
+    /// Steers the style (Qwen3-TTS 1.7B CustomVoice) or describes the whole voice (Qwen3-TTS
+    /// VoiceDesign). Accepted and ignored by models without instruction input (Voxtral,
+    /// Qwen3-TTS 0.6B CustomVoice and Base): see `capabilities.instructions` in /v1/models.
     pub instructions: Option<String>,
+    /// Extension: the language to speak, as a code (`en`, `zh`) or the model's name for it
+    /// (`english`); `auto` (the default) lets the model tell from the text. Models without a
+    /// language input (Voxtral) ignore it.
+    pub language: Option<String>,
+    /// Extension: the sampling temperature of token-sampling models (Qwen3-TTS), 0 to 2;
+    /// 0 decodes greedily. Absent: the model's own. Voxtral ignores it (its sampling is
+    /// flow-matching noise, set by `seed`).
+    #[schema(minimum = 0.0, maximum = 2.0)]
+    pub temperature: Option<f32>,
     /// Audio encoding of the response (mp3 by default, as OpenAI).
     #[serde(default = "mp3")]
     pub response_format: AudioFormat,
@@ -85,8 +100,14 @@ pub struct Speech {
     /// As requested: for the logs.
     pub model: String,
     pub text: String,
-    /// One of the model's presets.
+    /// One of the model's presets; for a voice-design model, the name as given (unused); for
+    /// a custom voice, its id.
     pub voice: String,
+    /// `voice` is a custom voice's id (`voice_...`), to look up in the voice store.
+    pub custom_voice: bool,
+    pub language: Option<String>,
+    pub instructions: Option<String>,
+    pub temperature: Option<f32>,
     pub max_frames: usize,
     pub format: AudioFormat,
     pub speed: f32,
@@ -110,12 +131,18 @@ impl SpeechRequest {
                 format!("'input' is {chars} characters long; the maximum is {max_input_chars}."),
             ));
         }
-        let voice = voice_catalog::resolve(self.voice.name(), model).ok_or_else(|| {
-            ApiError::invalid(
-                "voice",
-                voice_catalog::unknown_voice_message(self.voice.name(), model),
-            )
-        })?;
+        let requested = self.voice.name();
+        let custom_voice = model.cloning && requested.trim().starts_with(CUSTOM_VOICE_PREFIX);
+        let voice = if custom_voice || model.voice_design {
+            requested.trim()
+        } else {
+            voice_catalog::resolve(requested, model).ok_or_else(|| {
+                ApiError::invalid(
+                    "voice",
+                    voice_catalog::unknown_voice_message(requested, model),
+                )
+            })?
+        };
         let format = self.response_format;
         if !format.is_supported() {
             return Err(ApiError::invalid(
@@ -140,14 +167,35 @@ impl SpeechRequest {
                 ),
             ));
         }
-        if self.instructions.is_some() {
-            tracing::debug!("'instructions' given: this model has no use for them");
+        let instructions = self.instructions.filter(|i| !i.trim().is_empty());
+        if let Some(chars) = instructions.as_ref().map(|i| i.chars().count()) {
+            if chars > MAX_INSTRUCTIONS_CHARS {
+                return Err(ApiError::invalid(
+                    "instructions",
+                    format!("'instructions' is {chars} characters long; the maximum is {MAX_INSTRUCTIONS_CHARS}."),
+                ));
+            }
+            if !model.instructions {
+                tracing::debug!("'instructions' given: this model has no use for them");
+            }
+        }
+        if let Some(t) = self.temperature {
+            if !TEMPERATURE_RANGE.contains(&t) {
+                return Err(ApiError::invalid(
+                    "temperature",
+                    format!("'temperature' must be between 0 and 2; got {t}."),
+                ));
+            }
         }
         let seed = self.seed.unwrap_or_else(rand::random);
         Ok(Speech {
             model: self.model,
             text: self.input,
             voice: voice.to_string(),
+            custom_voice,
+            language: self.language.filter(|l| !l.trim().is_empty()),
+            instructions,
+            temperature: self.temperature,
             max_frames,
             format,
             speed,
@@ -165,10 +213,16 @@ impl Speech {
         SpeechInput {
             text: self.text.clone(),
             voice: self.voice.clone(),
+            conditioning: Conditioning {
+                language: self.language.clone(),
+                instructions: self.instructions.clone(),
+                custom_voice: None,
+            },
             max_frames: self.max_frames,
             sampling: Sampling {
                 seed: self.seed,
                 noise_scale: 1.0,
+                temperature: self.temperature,
             },
             normalize: self.normalize.unwrap_or(normalize_text),
             segment_chars,
