@@ -158,12 +158,13 @@ pub fn load_voice_encoder<'a, T: Tensor + 'a>(
     device: &T::Device,
     dtype: DType,
 ) -> Result<Option<Box<dyn VoiceEncoder + 'a>>, LoadError> {
-    let config = dir.join("config.json");
-    if !config.exists() || read_json(&config)?.1["model_type"] != "qwen3_tts" {
-        return Ok(None);
+    match detect_family(dir)? {
+        Family::Qwen3Tts => {
+            let encoder = Qwen3VoiceEncoder::<T>::load(dir, device, dtype)?;
+            Ok(encoder.map(|e| Box::new(e) as Box<dyn VoiceEncoder + 'a>))
+        }
+        Family::VoxtralTts | Family::VoxtralRealtime => Ok(None),
     }
-    let encoder = Qwen3VoiceEncoder::<T>::load(dir, device, dtype)?;
-    Ok(encoder.map(|e| Box::new(e) as Box<dyn VoiceEncoder + 'a>))
 }
 
 #[cfg(test)]
