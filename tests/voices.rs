@@ -214,7 +214,7 @@ fn custom_voices_are_made_listed_deduplicated_deleted_and_kept_across_restarts()
     let alice = alice.json();
     let alice_id = check_voice_object(&alice, "alice", true);
     assert_eq!(alice["transcript"], "Hello there.");
-    assert_eq!(folder(&dir), [alice_id.clone()]);
+    assert_eq!(folder(&dir), [alice_id.as_str()]);
     let stored = dir.join(&alice_id);
     assert!(stored.join("voice.json").exists() && stored.join("voice.safetensors").exists());
 
@@ -278,7 +278,7 @@ fn custom_voices_are_made_listed_deduplicated_deleted_and_kept_across_restarts()
         serde_json::json!({"id": bob_id, "object": "audio.voice.deleted", "deleted": true})
     );
     delete(&server, &bob_id).error(404);
-    assert_eq!(folder(&dir), [alice_id.clone()]);
+    assert_eq!(folder(&dir), [alice_id.as_str()]);
     drop(server);
 
     let server = Server::spawn(&model, &[], &env);
