@@ -6,6 +6,7 @@ use crate::device::{DeviceChoice, OnBackend};
 use crate::engine::EngineOptions;
 use crate::models::voxtral_tts::params::Config;
 use crate::models::voxtral_tts::{Generation, Noise, StageTimes, SynthesisRequest, Voxtral};
+use crate::models::{detect_family, Family};
 use crate::tensor::cpu_gemv::{peak_f32_flops, Variant};
 use crate::tensor::tch_backend::{linear_multiply_adds, TchTensor};
 use crate::tensor::{DType, Tensor};
@@ -16,28 +17,29 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// Model folder; when absent, a random checkpoint of `--preset` (made under
+    /// Model folder (Voxtral TTS, or Qwen3-TTS through the engine interface); when absent, a
+    /// random checkpoint of `--preset` (made under
     /// target/test-models on first use).
     #[arg(long)]
-    model: Option<PathBuf>,
+    pub(super) model: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "tiny")]
-    preset: Preset,
+    pub(super) preset: Preset,
     /// Frames to time (over as many runs as it takes if a run stops early at END_AUDIO).
     #[arg(long, default_value_t = 40)]
-    frames: usize,
+    pub(super) frames: usize,
     #[arg(long, value_parser = parse_dtype, default_value = "bf16")]
-    dtype: DType,
+    pub(super) dtype: DType,
     #[arg(long, default_value = "auto")]
-    device: DeviceChoice,
+    pub(super) device: DeviceChoice,
     /// libtorch intra-op threads (default: libtorch's choice).
     #[arg(long)]
-    threads: Option<usize>,
+    pub(super) threads: Option<usize>,
     #[arg(long, default_value = "The quick brown fox jumps over the lazy dog.")]
-    text: String,
+    pub(super) text: String,
     /// Also time decode steps of this many streams advancing together (continuous
     /// batching), e.g. `--batch 1,4,8`: `--frames` steps each, prefill and codec left out.
     #[arg(long, value_delimiter = ',')]
-    batch: Vec<usize>,
+    pub(super) batch: Vec<usize>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -49,6 +51,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         Some(dir) => dir.clone(),
         None => cached_test_model(args.preset, 0)?,
     };
+    if detect_family(&dir)? != Family::VoxtralTts {
+        return super::bench_engine::run(&args, dir);
+    }
     args.device
         .run(args.threads.unwrap_or(0), Bench { args: &args, dir })
         .map_err(anyhow::Error::msg)?
@@ -343,7 +348,7 @@ fn copy_bandwidth(threads: usize) -> f64 {
 }
 
 /// A large read (a sum of every word), which is all a weight-bound decode step does.
-fn read_bandwidth(threads: usize) -> f64 {
+pub(super) fn read_bandwidth(threads: usize) -> f64 {
     bandwidth(
         threads,
         |src, dst| {

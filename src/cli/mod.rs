@@ -2,6 +2,8 @@
 
 #[cfg(feature = "testmodel")]
 mod bench;
+#[cfg(feature = "testmodel")]
+mod bench_engine;
 mod convert;
 mod download;
 mod load;
@@ -10,7 +12,7 @@ mod synth;
 mod transcribe;
 
 #[cfg(feature = "testmodel")]
-use crate::testmodel::{make_any_test_model, AnyPreset};
+use crate::testmodel::{make_any_test_model, make_qwen3_published_size_model, AnyPreset};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -60,6 +62,10 @@ enum Command {
         preset: AnyPreset,
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Qwen3-TTS presets: keep the published folder's sizes instead of shrinking them
+        /// (benchmarks; 1.8 to 3.9 GB).
+        #[arg(long)]
+        published_size: bool,
     },
 }
 
@@ -86,7 +92,18 @@ pub fn main() -> ExitCode {
         Command::Download(args) => download::run(args),
         Command::Convert(args) => convert::run(args),
         #[cfg(feature = "testmodel")]
-        Command::MakeTestModel { out, preset, seed } => make_any_test_model(&out, preset, seed),
+        Command::MakeTestModel {
+            out,
+            preset,
+            seed,
+            published_size,
+        } => match (preset, published_size) {
+            (AnyPreset::Qwen3(p), true) => make_qwen3_published_size_model(&out, p, seed),
+            (_, true) => Err(anyhow::anyhow!(
+                "--published-size is for the qwen3-* presets; Voxtral has `--preset full`"
+            )),
+            (preset, false) => make_any_test_model(&out, preset, seed),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

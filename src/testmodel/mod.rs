@@ -11,14 +11,17 @@ mod qwen3_tts;
 pub(crate) mod tekken;
 mod voxtral_realtime;
 pub mod xtts_vocoder;
+mod xtts_vocab;
 
 pub use qwen3_tts::{
-    cached_test_model as cached_qwen3_test_model, make_test_model as make_qwen3_test_model,
-    Qwen3Preset,
+    cached_test_model as cached_qwen3_test_model,
+    make_published_size_model as make_qwen3_published_size_model,
+    make_test_model as make_qwen3_test_model, Qwen3Preset,
 };
 #[cfg(test)]
 pub(crate) use tekken::generated as generated_tekken;
 pub use tekken::write_test_tekken;
+pub use xtts_vocab::xtts_vocab_json;
 
 use crate::models::voxtral_tts::params::{Config, ModelArgs};
 use crate::models::voxtral_tts::voices::VOICE_DIR;

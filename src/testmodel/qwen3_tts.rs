@@ -734,14 +734,31 @@ fn write(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// Writes a complete random Qwen3-TTS folder to `out`; `model.safetensors` comes last.
 pub fn make_test_model(out: &Path, preset: Qwen3Preset, seed: u64) -> Result<()> {
+    make_model(out, preset, seed, false)
+}
+
+/// The same folder at the published sizes (the preset picks which published folder), for
+/// benchmarks: 0.9 G values for the 0.6B, 1.9 G for the 1.7B, plus 0.17 G for the speech
+/// tokenizer, shown as they are written.
+pub fn make_published_size_model(out: &Path, preset: Qwen3Preset, seed: u64) -> Result<()> {
+    make_model(out, preset, seed, true)
+}
+
+fn make_model(out: &Path, preset: Qwen3Preset, seed: u64, published_size: bool) -> Result<()> {
     let speech_dir = out.join("speech_tokenizer");
     std::fs::create_dir_all(&speech_dir)
         .with_context(|| format!("creating {}", speech_dir.display()))?;
     let published = preset.published();
 
-    let config = tiny_config(preset)?;
+    let (config, speech_config) = if published_size {
+        (
+            serde_json::from_str(published.config)?,
+            serde_json::from_str(SPEECH_TOKENIZER_CONFIG)?,
+        )
+    } else {
+        (tiny_config(preset)?, tiny_speech_tokenizer_config()?)
+    };
     let parsed = Qwen3TtsConfig::from_json(&config.to_string(), "config.json")?;
-    let speech_config = tiny_speech_tokenizer_config()?;
     let speech_parsed = SpeechTokenizerConfig::from_json(
         &speech_config.to_string(),
         "speech_tokenizer/config.json",
@@ -771,21 +788,31 @@ pub fn make_test_model(out: &Path, preset: Qwen3Preset, seed: u64) -> Result<()>
         write(&speech_dir.join(name), text.as_bytes())?;
     }
 
-    let hidden = indicatif::ProgressBar::hidden();
+    let progress = indicatif::ProgressBar::new(0).with_style(
+        indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} ({eta})")
+            .expect("valid template"),
+    );
+    if !published_size {
+        progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    progress.set_message("speech_tokenizer/model.safetensors");
     write_safetensors(
         &speech_dir.join("model.safetensors"),
         &speech_tokenizer_specs(&speech_parsed),
         seed,
         Stored::F32,
-        &hidden,
+        &progress,
     )?;
+    progress.set_message("model.safetensors");
     write_safetensors(
         &out.join("model.safetensors"),
         &model_specs(&parsed),
         seed,
         Stored::Bf16,
-        &hidden,
-    )
+        &progress,
+    )?;
+    progress.finish_and_clear();
+    Ok(())
 }
 
 /// A random checkpoint under `target/test-models/<generator>/<preset>-<seed>`, made on first use.

@@ -1,0 +1,215 @@
+//! `voxtral-tts bench` on a family other than Voxtral TTS (Qwen3-TTS), through the engine
+//! interface, as the server's worker drives it: first audio (prefill, one frame and its
+//! decode), the batched step at each `--batch` size, the decoder's time per frame, and the
+//! weight-read floor of a frame.
+
+use super::bench::{read_bandwidth, BenchArgs};
+use crate::device::OnBackend;
+use crate::engine::{
+    prepare_speech, Conditioning, EngineOptions, Sampling, SpeechInput, SpeechSession,
+    TextToSpeech, WithEngine,
+};
+use crate::models::load_tts;
+use crate::tensor::tch_backend::TchTensor;
+use crate::tensor::Tensor;
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+pub fn run(args: &BenchArgs, dir: PathBuf) -> Result<()> {
+    args.device
+        .run(args.threads.unwrap_or(0), EngineBench { args, dir })
+        .map_err(anyhow::Error::msg)?
+}
+
+struct EngineBench<'a> {
+    args: &'a BenchArgs,
+    dir: PathBuf,
+}
+
+impl OnBackend for EngineBench<'_> {
+    type Output = Result<()>;
+
+    fn run<T: Tensor>(self, device: &T::Device) -> Result<()> {
+        let sessions = self.args.batch.iter().copied().max().unwrap_or(1).max(1);
+        let options = EngineOptions {
+            max_sessions: sessions,
+            ..EngineOptions::default()
+        };
+        let started = Instant::now();
+        let timed = Timed {
+            args: self.args,
+            dir: &self.dir,
+            started,
+            threads: if T::BACKEND == TchTensor::BACKEND {
+                usize::try_from(tch::get_num_threads()).unwrap_or(1).max(1)
+            } else {
+                1
+            },
+        };
+        load_tts::<T, _>(&self.dir, device, self.args.dtype, options, timed)
+            .context("loading the model")?
+    }
+}
+
+struct Timed<'a> {
+    args: &'a BenchArgs,
+    dir: &'a Path,
+    started: Instant,
+    threads: usize,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+impl WithEngine for Timed<'_> {
+    type Output = Result<()>;
+
+    fn run<E: TextToSpeech>(self, engine: E) -> Result<()> {
+        let args = self.args;
+        let card = engine.card();
+        println!(
+            "model      {} ({}, {}, {} threads)",
+            self.dir.display(),
+            card.family,
+            args.dtype,
+            self.threads
+        );
+        println!("load       {:.0} ms", ms(self.started.elapsed()));
+        let voice = match (card.voices.first(), card.voice_design) {
+            (Some(v), _) => v.name.clone(),
+            (None, true) => "designed".into(),
+            (None, false) => anyhow::bail!(
+                "this folder has no preset voices (a cloning-only model): bench a CustomVoice or \
+                 VoiceDesign folder"
+            ),
+        };
+        let input = SpeechInput {
+            text: args.text.clone(),
+            voice,
+            conditioning: Conditioning {
+                language: Some("en".into()),
+                instructions: card.voice_design.then(|| "A calm, warm voice.".into()),
+                custom_voice: None,
+            },
+            max_frames: args.frames.min(card.max_frames),
+            sampling: Sampling {
+                seed: 0,
+                noise_scale: 1.0,
+                temperature: None,
+            },
+            normalize: true,
+            segment_chars: usize::MAX,
+        };
+        let speech = prepare_speech(&*engine.preparer(), card.max_frames, input)?;
+        let frame_ms = card.samples_per_frame as f64 * 1e3 / card.sample_rate as f64;
+
+        // Warm-up: first calls allocate and pick kernels.
+        {
+            let mut warm = engine.start_session(&speech, 0)?;
+            engine.step(&mut [&mut warm])?;
+            engine.decode(&warm, 0)?;
+        }
+
+        // First audio: the prefill, one frame and its decode, as a streamed request.
+        let started = Instant::now();
+        let mut first = engine.start_session(&speech, 0)?;
+        let prefill = started.elapsed();
+        engine.step(&mut [&mut first])?;
+        engine.decode(&first, 0)?;
+        println!(
+            "first      {:.0} ms to the first audio (prefill {:.0} ms of {} prompt tokens)",
+            ms(started.elapsed()),
+            ms(prefill),
+            first.prompt_ids().len()
+        );
+        drop(first);
+
+        let mut single_ms = None;
+        let batches = if args.batch.is_empty() {
+            vec![1]
+        } else {
+            args.batch.clone()
+        };
+        for n in batches {
+            let mut sessions = (0..n)
+                .map(|_| engine.start_session(&speech, 0))
+                .collect::<Result<Vec<_>, _>>()?;
+            let (mut frames, mut steps) = (0, 0);
+            let started = Instant::now();
+            while steps < args.frames && sessions.iter().any(|s| s.stop_reason().is_none()) {
+                let before: usize = sessions.iter().map(|s| s.codes().len()).sum();
+                let mut batch: Vec<&mut E::Session<'_>> = sessions.iter_mut().collect();
+                engine.step(&mut batch)?;
+                frames += sessions.iter().map(|s| s.codes().len()).sum::<usize>() - before;
+                steps += 1;
+            }
+            let elapsed = started.elapsed();
+            anyhow::ensure!(frames > 0, "the model stopped at once");
+            let per_frame = ms(elapsed) / frames as f64;
+            let step_ms = ms(elapsed) / steps as f64;
+            let rate = frames as f64 / elapsed.as_secs_f64();
+            let ratio = single_ms.map_or(String::new(), |one: f64| {
+                format!(", {:.2}x one stream", one / per_frame)
+            });
+            single_ms.get_or_insert(per_frame);
+            println!(
+                "batch {n:<3}  {step_ms:.1} ms/step, {rate:.2} frames/s ({frames} frames in {steps} steps; real-time factor {:.3} per stream{ratio})",
+                step_ms / frame_ms,
+            );
+            if n == 1 {
+                let decoded = Instant::now();
+                engine.decode(&sessions[0], 0)?;
+                println!(
+                    "decoder    {:.2} ms/frame (whole utterance of {} frames)",
+                    ms(decoded.elapsed()) / sessions[0].codes().len() as f64,
+                    sessions[0].codes().len()
+                );
+            }
+        }
+        if let Some(bytes) = qwen3_weight_bytes_per_frame(self.dir)? {
+            let read = read_bandwidth(self.threads);
+            let floor = bytes / read * 1e3;
+            println!(
+                "floor/read {floor:.1} ms/frame: {:.2} GB of weights read per frame at {:.1} GB/s ({} threads){}",
+                bytes / 1e9,
+                read / 1e9,
+                self.threads,
+                single_ms.map_or(String::new(), |m| format!("; one stream measured/floor {:.2}x", m / floor))
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Bytes of weights a Qwen3-TTS frame reads, as stored: the talker's layers and codec head
+/// once, the code predictor's layers (and its input projection) once per codebook pass (15),
+/// and one of its 15 heads per pass. Embedding tables are gathered, not read. `None` for
+/// other folders.
+fn qwen3_weight_bytes_per_frame(dir: &Path) -> Result<Option<f64>> {
+    let path = dir.join("model.safetensors");
+    if !dir.join("speech_tokenizer").is_dir() || !path.exists() {
+        return Ok(None);
+    }
+    let file = std::fs::File::open(&path).with_context(|| path.display().to_string())?;
+    // SAFETY: read-only map of a checkpoint nobody writes while the bench runs.
+    let mmap = unsafe { memmap2::Mmap::map(&file) }?;
+    let (_, metadata) = safetensors::SafeTensors::read_metadata(&mmap)?;
+    let (mut once, mut per_pass, mut heads) = (0usize, 0usize, 0usize);
+    for (name, info) in metadata.tensors() {
+        let bytes = info.data_offsets.1 - info.data_offsets.0;
+        if name.starts_with("talker.code_predictor.lm_head.") {
+            heads += bytes;
+        } else if name.starts_with("talker.code_predictor.model.layers.")
+            || name.starts_with("talker.code_predictor.small_to_mtp_projection.")
+        {
+            per_pass += bytes;
+        } else if name.starts_with("talker.model.layers.") || name.starts_with("talker.codec_head.")
+        {
+            once += bytes;
+        }
+    }
+    // 15 passes, each reading one head.
+    Ok(Some((once + 15 * per_pass + heads) as f64))
+}
