@@ -56,6 +56,14 @@ pub struct ServerConfig {
     pub max_transcription_bytes: usize,
     /// Longest audio transcribed; speech-to-text KV caches are sized for it.
     pub max_transcription_seconds: usize,
+    /// Where custom voices are kept (relative: to the working directory).
+    pub voices_dir: PathBuf,
+    /// Most custom voices kept, all models together.
+    pub max_voices: usize,
+    /// Longest reference clip of a custom voice.
+    pub max_voice_clip_seconds: usize,
+    /// Largest `POST /v1/audio/voices` body.
+    pub max_voice_upload_bytes: usize,
     /// Live sessions (`/v1/realtime?intent=transcription`) open at once per speech-to-text
     /// model; one more is refused. Each takes a KV-cache slot of `max_transcription_seconds`.
     pub max_realtime_sessions: usize,
@@ -203,6 +211,9 @@ impl ServerConfig {
                 "max_transcription_seconds",
                 config.max_transcription_seconds,
             ),
+            ("max_voices", config.max_voices),
+            ("max_voice_clip_seconds", config.max_voice_clip_seconds),
+            ("max_voice_upload_bytes", config.max_voice_upload_bytes),
         ] {
             if value == 0 {
                 return Err(ConfigError::Zero { key });

@@ -11,9 +11,11 @@ pub mod voxtral_realtime;
 pub mod voxtral_tts;
 pub mod xtts;
 
+use crate::engine::voice::VoiceEncoder;
 use crate::engine::{EngineOptions, WithEngine};
 use crate::nn::LoadError;
 use crate::tensor::{DType, Tensor};
+use qwen3_tts::voice_encoder::Qwen3VoiceEncoder;
 use serde_json::Value;
 use std::path::Path;
 use voxtral_tts::params::Config;
@@ -145,6 +147,23 @@ pub fn load_tts<T: Tensor, W: WithEngine>(
             "this is a Voxtral Realtime (speech-to-text) model folder: it transcribes \
              (`voxtral-tts transcribe`), it does not speak; the server does not serve it yet",
         )),
+    }
+}
+
+/// The voice encoder of a cloning model folder (`Ok(None)` for families and variants that do
+/// not clone: Voxtral, Qwen3-TTS CustomVoice and VoiceDesign), loaded on `device`; it runs on
+/// the thread that loads it (`scheduler::voice_encoding`).
+pub fn load_voice_encoder<'a, T: Tensor + 'a>(
+    dir: &Path,
+    device: &T::Device,
+    dtype: DType,
+) -> Result<Option<Box<dyn VoiceEncoder + 'a>>, LoadError> {
+    match detect_family(dir)? {
+        Family::Qwen3Tts => {
+            let encoder = Qwen3VoiceEncoder::<T>::load(dir, device, dtype)?;
+            Ok(encoder.map(|e| Box::new(e) as Box<dyn VoiceEncoder + 'a>))
+        }
+        Family::VoxtralTts | Family::VoxtralRealtime => Ok(None),
     }
 }
 

@@ -6,6 +6,7 @@
 //! - `worker`: loads the model, then runs jobs with continuous batching: all running jobs
 //!   advance one frame per step; jobs join and leave between steps.
 //! - `active`: one running job's state (segments, streaming chunks, its end).
+//! - `voice_encoding`: a cloning model's encoders on a thread of their own (custom voices).
 //!
 //! It names no model: it drives any `crate::engine::TextToSpeech`.
 
@@ -13,6 +14,7 @@ mod active;
 pub mod job;
 pub mod queue;
 pub mod transcription;
+pub mod voice_encoding;
 pub mod worker;
 
 pub use job::{JobError, JobEvent, JobOptions, JobSummary, SegmentCodes, SpeechJob};

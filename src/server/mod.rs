@@ -22,6 +22,7 @@ use crate::models::{detect_family, Family};
 use crate::scheduler::transcription::{
     start_transcription_worker, TranscriberState, TranscriptionSettings,
 };
+use crate::scheduler::voice_encoding::{start_voice_encoding, VoiceEncodingSettings};
 use crate::scheduler::{start_worker, EngineState, StreamSettings, WorkerSettings};
 use anyhow::{anyhow, Context};
 use axum::extract::DefaultBodyLimit;
@@ -32,7 +33,7 @@ use axum::Router;
 use drain::Drain;
 use routes::speech::SEED_HEADER;
 use routes::{health, models, playground, realtime, speech, transcriptions, voices};
-use state::{AppState, ServedModel, ServedTranscriber};
+use state::{AppState, ServedModel, ServedTranscriber, ServedVoiceEncoder};
 use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -46,6 +47,7 @@ use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use utoipa_swagger_ui::SwaggerUi;
+use voice_store::VoiceStore;
 
 pub use error::ApiError;
 pub use routes::speech::{parse_speech_body, Speech, StreamFormat};
@@ -65,6 +67,14 @@ fn transcription_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(transcriptions::create_transcription))
         .routes(routes!(realtime::realtime_websocket))
+}
+
+/// Custom voices: the same keys and drain as [`v1_routes`], with the upload limit of
+/// `max_voice_upload_bytes`.
+fn voice_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(voices::create::create_voice))
+        .routes(routes!(voices::delete_voice))
 }
 
 /// The voice and model lists: refused while draining, and behind the API keys only when
@@ -88,6 +98,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(v1_routes())
         .merge(transcription_routes())
+        .merge(voice_routes())
         .merge(discovery_routes())
         .merge(operations_routes())
         .into_openapi()
@@ -113,6 +124,15 @@ fn router(state: AppState) -> Router {
             state.clone(),
             drain::reject_while_draining,
         ));
+    let voice: Router<AppState> = voice_routes()
+        .split_for_parts()
+        .0
+        .route_layer(RequestBodyLimitLayer::new(config.max_voice_upload_bytes))
+        .route_layer(from_fn_with_state(state.clone(), auth::require_api_key))
+        .route_layer(from_fn_with_state(
+            state.clone(),
+            drain::reject_while_draining,
+        ));
     let mut discovery: Router<AppState> = discovery_routes().split_for_parts().0;
     if !config.public_discovery {
         discovery = discovery.route_layer(from_fn_with_state(state.clone(), auth::require_api_key));
@@ -130,6 +150,7 @@ fn router(state: AppState) -> Router {
     let app = Router::new()
         .merge(v1)
         .merge(transcription)
+        .merge(voice)
         .merge(discovery)
         .merge(operations)
         .merge(playground)
@@ -137,7 +158,10 @@ fn router(state: AppState) -> Router {
         .fallback(error::not_found)
         // The largest of the limits; each route group applies its own.
         .layer(RequestBodyLimitLayer::new(
-            config.max_body_bytes.max(config.max_transcription_bytes),
+            config
+                .max_body_bytes
+                .max(config.max_transcription_bytes)
+                .max(config.max_voice_upload_bytes),
         ))
         .layer(DefaultBodyLimit::disable())
         .layer(TimeoutLayer::with_status_code(
@@ -200,7 +224,10 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    let voices = VoiceStore::open(&config.voices_dir, config.max_voices)
+        .context("opening the custom voices (voices_dir)")?;
     let mut models = Vec::new();
+    let mut voice_encoders = Vec::new();
     let mut transcribers = Vec::new();
     let mut workers = Vec::new();
     for (id, model_dir) in config.models() {
@@ -225,7 +252,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
         let (queue, engine, worker) = start_worker(
             WorkerSettings {
                 model_id: id.clone(),
-                model_dir,
+                model_dir: model_dir.clone(),
                 device: config.device,
                 dtype: config.dtype.into(),
                 threads: config.threads,
@@ -244,6 +271,21 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
             config.queue_capacity,
         )
         .with_context(|| format!("starting the inference worker of {id}"))?;
+        let (voice_queue, voice_state, voice_thread) =
+            start_voice_encoding(VoiceEncodingSettings {
+                model_id: id.clone(),
+                model_dir,
+                device: config.device,
+                dtype: config.dtype.into(),
+                threads: config.threads,
+            })
+            .with_context(|| format!("starting the voice encoder of {id}"))?;
+        voice_encoders.push(ServedVoiceEncoder {
+            model_id: id.clone(),
+            queue: voice_queue,
+            state: voice_state,
+        });
+        workers.push(voice_thread);
         models.push(ServedModel { id, queue, engine });
         workers.push(worker);
     }
@@ -262,6 +304,8 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
         transcribers: transcribers.into(),
         drain: Arc::new(Drain::default()),
         metrics: metrics_handle,
+        voices: Arc::new(voices),
+        voice_encoders: voice_encoders.into(),
         started_at: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),

@@ -2,8 +2,10 @@
 
 use super::drain::Drain;
 use super::error::ApiError;
+use super::voice_store::{VoiceMeta, VoiceStore, VoiceTensors};
 use crate::config::ServerConfig;
 use crate::scheduler::transcription::{TranscriberCard, TranscriberState, TranscriptionQueue};
+use crate::scheduler::voice_encoding::{VoiceEncoderState, VoiceEncodingQueue};
 use crate::scheduler::{EngineState, JobQueue, LoadedModel};
 use axum::http::StatusCode;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -24,6 +26,19 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
     /// Unix time the server started (the `created` of /v1/models entries).
     pub started_at: u64,
+    /// Custom voices, every model's.
+    pub voices: Arc<VoiceStore>,
+    /// Each speech model's voice-encoding thread, in the order of `models`.
+    pub voice_encoders: Arc<[ServedVoiceEncoder]>,
+}
+
+/// The thread that computes a speech model's custom voices (`scheduler::voice_encoding`).
+#[derive(Clone)]
+pub struct ServedVoiceEncoder {
+    /// The served model's id.
+    pub model_id: String,
+    pub queue: VoiceEncodingQueue,
+    pub state: watch::Receiver<VoiceEncoderState>,
 }
 
 /// One model folder and the inference worker that owns it.
@@ -113,5 +128,102 @@ impl AppState {
         }
         let served: Vec<&str> = self.transcribers.iter().map(|m| m.id.as_str()).collect();
         Err(ApiError::model_not_found(name, &served))
+    }
+}
+
+impl AppState {
+    /// A custom voice for a request to `model_id` (a served model's id): its metadata and
+    /// tensors. A 400 naming `voice` when there is no such voice or another model made it.
+    /// Reads the voice's file: call it where blocking briefly is fine.
+    // The speech route's `voice: {"id": "voice_..."}` calls it (issue 16, with the Qwen3 engine).
+    #[allow(dead_code)]
+    pub fn custom_voice(
+        &self,
+        model_id: &str,
+        id: &str,
+    ) -> Result<(VoiceMeta, VoiceTensors), ApiError> {
+        custom_voice_in(&self.voices, model_id, id)
+    }
+
+    /// The voice-encoding thread of the served model `model_id`.
+    pub fn voice_encoder(&self, model_id: &str) -> Option<&ServedVoiceEncoder> {
+        self.voice_encoders.iter().find(|e| e.model_id == model_id)
+    }
+}
+
+/// [`AppState::custom_voice`] in `store`.
+fn custom_voice_in(
+    store: &VoiceStore,
+    model_id: &str,
+    id: &str,
+) -> Result<(VoiceMeta, VoiceTensors), ApiError> {
+    let not_found = || {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            Some("voice_not_found"),
+            format!("No custom voice '{id}': GET /v1/audio/voices lists them."),
+        )
+        .with_param("voice")
+    };
+    let meta = store.get(id).ok_or_else(not_found)?;
+    if meta.model != model_id {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            Some("voice_model_mismatch"),
+            format!(
+                "The voice '{id}' was made by the model '{}'; upload its clip again with \
+                 model '{model_id}' to use it here.",
+                meta.model
+            ),
+        )
+        .with_param("voice"));
+    }
+    match store.tensors(id) {
+        Ok(tensors) => Ok((meta, tensors)),
+        // Deleted since it was looked up.
+        Err(_) if store.get(id).is_none() => Err(not_found()),
+        Err(e) => Err(ApiError::internal(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::voice::TensorData;
+
+    #[test]
+    fn a_custom_voice_is_found_only_for_its_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = VoiceStore::open(dir.path(), 10).unwrap();
+        let mut tensors = VoiceTensors::default();
+        tensors.insert("x_vector", vec![2], TensorData::F32(vec![1.0, 2.0]));
+        let meta = VoiceMeta {
+            id: String::new(),
+            name: "alice".into(),
+            created_at: 0,
+            model: "base".into(),
+            family: "qwen3-tts".into(),
+            transcript: None,
+            audio_seconds: 2.0,
+            source_sha256: "sha".into(),
+        };
+        let made = store.create(meta, &tensors).unwrap();
+        let (found, read) = custom_voice_in(&store, "base", &made.id).unwrap();
+        assert_eq!((found, read), (made.clone(), tensors));
+        let error = |model: &str, id: &str| {
+            let e = custom_voice_in(&store, model, id).unwrap_err();
+            (e.status, e.param, e.code)
+        };
+        let bad = StatusCode::BAD_REQUEST;
+        assert_eq!(
+            error("other", &made.id),
+            (bad, Some("voice".into()), Some("voice_model_mismatch"))
+        );
+        assert_eq!(
+            error("base", "voice_00"),
+            (bad, Some("voice".into()), Some("voice_not_found"))
+        );
+        store.delete(&made.id).unwrap();
+        assert_eq!(error("base", &made.id).2, Some("voice_not_found"));
     }
 }

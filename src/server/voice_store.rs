@@ -5,20 +5,22 @@
 //! `voice.safetensors` (the model's tensors, e.g. a speaker embedding and reference codes).
 //! A voice appears at once or not at all: it is written under `.incoming-*` and renamed into
 //! place, and removed by renaming it to `.deleting-*` first. Leftovers of a crash (either
-//! prefix) are cleared when the store opens; a voice folder that cannot be read is skipped
-//! with a warning, never deleted (it is the operator's data).
+//! prefix) are cleared when the store opens; the folder itself is made by the first voice
+//! stored (a server whose models cannot clone never creates it); a voice folder that cannot
+//! be read is skipped with a warning, never deleted (it is the operator's data).
 
+use crate::engine::voice::CUSTOM_VOICE_PREFIX;
 pub use crate::engine::voice::{TensorData, VoiceTensor, VoiceTensors};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::RwLock;
+use std::sync::{Mutex, RwLock};
 
 const META_FILE: &str = "voice.json";
 const TENSORS_FILE: &str = "voice.safetensors";
-const ID_PREFIX: &str = "voice_";
+const ID_PREFIX: &str = CUSTOM_VOICE_PREFIX;
 const INCOMING_PREFIX: &str = ".incoming-";
 const DELETING_PREFIX: &str = ".deleting-";
 
@@ -60,16 +62,22 @@ pub struct VoiceStore {
     dir: PathBuf,
     max_voices: usize,
     voices: RwLock<BTreeMap<String, VoiceMeta>>,
+    /// Held while a voice is written: two equal uploads at once store one voice.
+    creating: Mutex<()>,
 }
 
 impl VoiceStore {
-    /// Opens (creating it if needed) the folder, clears half-written or half-deleted voices
-    /// and reads the metadata of the others.
+    /// Opens the folder (none yet: no voices), clears half-written or half-deleted voices and
+    /// reads the metadata of the others.
     pub fn open(dir: &Path, max_voices: usize) -> Result<Self, VoiceStoreError> {
         let folder_err = |e| VoiceStoreError::Folder(dir.to_path_buf(), e);
-        fs::create_dir_all(dir).map_err(folder_err)?;
         let mut voices = BTreeMap::new();
-        for entry in fs::read_dir(dir).map_err(folder_err)? {
+        let entries = match fs::read_dir(dir) {
+            Ok(entries) => Some(entries),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(folder_err(e)),
+        };
+        for entry in entries.into_iter().flatten() {
             let entry = entry.map_err(folder_err)?;
             let name = entry.file_name().to_string_lossy().into_owned();
             let path = entry.path();
@@ -96,16 +104,22 @@ impl VoiceStore {
             dir: dir.to_path_buf(),
             max_voices,
             voices: RwLock::new(voices),
+            creating: Mutex::new(()),
         })
     }
 
     /// Stores a new voice under a fresh id (the given meta's `id` and `created_at` are
-    /// replaced) and returns its metadata.
+    /// replaced) and returns its metadata; returns the stored voice instead when one has the
+    /// same model, name and source (see [`Self::find_same`]).
     pub fn create(
         &self,
         mut meta: VoiceMeta,
         tensors: &VoiceTensors,
     ) -> Result<VoiceMeta, VoiceStoreError> {
+        let _creating = self.creating.lock().unwrap();
+        if let Some(same) = self.find_same(&meta.model, &meta.source_sha256, &meta.name) {
+            return Ok(same);
+        }
         let count = self.voices.read().unwrap().len();
         if count >= self.max_voices {
             return Err(VoiceStoreError::Full(self.max_voices));
@@ -115,6 +129,7 @@ impl VoiceStore {
         meta.created_at = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
+        fs::create_dir_all(&self.dir).map_err(|e| VoiceStoreError::Folder(self.dir.clone(), e))?;
         let incoming = self.dir.join(format!("{INCOMING_PREFIX}{hex}"));
         let written = write_voice(&incoming, &meta, tensors)
             .and_then(|()| fs::rename(&incoming, self.dir.join(&meta.id)))
@@ -147,6 +162,16 @@ impl VoiceStore {
         voices
             .values()
             .find(|v| v.model == model && v.source_sha256 == source_sha256)
+            .cloned()
+    }
+
+    /// The voice named `name` that `model` computed from the same clip and settings: an
+    /// upload made again gets it back.
+    pub fn find_same(&self, model: &str, source_sha256: &str, name: &str) -> Option<VoiceMeta> {
+        let voices = self.voices.read().unwrap();
+        voices
+            .values()
+            .find(|v| v.model == model && v.source_sha256 == source_sha256 && v.name == name)
             .cloned()
     }
 
@@ -365,6 +390,43 @@ mod tests {
         ));
         assert!(store.list().is_empty());
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn the_folder_is_made_by_the_first_voice() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("voices");
+        let store = VoiceStore::open(&folder, 10).unwrap();
+        assert!(store.list().is_empty() && !folder.exists());
+        let made = store.create(meta("first"), &tensors()).unwrap();
+        assert!(folder.join(&made.id).join(TENSORS_FILE).exists());
+        // A file where the folder should be is an error that names it.
+        let file = dir.path().join("file");
+        fs::write(&file, b"").unwrap();
+        let e = VoiceStore::open(&file, 10).err().unwrap();
+        assert!(e.to_string().contains("file"), "{e}");
+    }
+
+    #[test]
+    fn the_same_upload_under_the_same_name_is_stored_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = VoiceStore::open(dir.path(), 10).unwrap();
+        let first = store.create(meta("alice"), &tensors()).unwrap();
+        let again = store.create(meta("alice"), &tensors()).unwrap();
+        assert_eq!(again, first);
+        assert_eq!(
+            store.find_same("qwen3", "sha-alice", "alice").map(|v| v.id),
+            Some(first.id.clone())
+        );
+        // Another name is another voice, even from the same clip.
+        let renamed = VoiceMeta {
+            name: "bob".into(),
+            ..meta("alice")
+        };
+        let bob = store.create(renamed, &tensors()).unwrap();
+        assert_ne!(bob.id, first.id);
+        assert_eq!(store.list().len(), 2);
+        assert_eq!(store.find_same("qwen3", "sha-alice", "carol"), None);
     }
 
     #[test]

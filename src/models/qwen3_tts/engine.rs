@@ -225,7 +225,7 @@ fn cloned_voice(
 }
 
 /// `x_vector`, and for an in-context voice `ref_codes` and `ref_text_ids`.
-fn voice_tensors(voice: &CustomVoice) -> Result<ClonedVoice, String> {
+pub(super) fn voice_tensors(voice: &CustomVoice) -> Result<ClonedVoice, String> {
     let t = &voice.tensors;
     let (_, x_vector) = t.f32(X_VECTOR).ok_or("it has no x_vector")?;
     let reference = match (t.i64(REF_CODES), t.i64(REF_TEXT_IDS)) {

@@ -18,6 +18,7 @@ pub mod speech_decoder;
 pub mod speech_encoder;
 mod talker;
 pub mod tokens;
+pub mod voice_encoder;
 
 pub use engine::{Qwen3Engine, Qwen3Prompter};
 pub use model::{GenerateError, Qwen3Tts, Session, TalkerOptions};

@@ -1,10 +1,16 @@
-//! `GET /v1/audio/voices`: the model's preset voices with language, gender and the OpenAI
-//! names that map to each.
+//! `/v1/audio/voices`: the model's preset voices with language, gender and the OpenAI names
+//! that map to each, and custom voices in OpenAI's shape: `POST` computes one from a
+//! reference clip (on the model's voice-encoding thread) and stores it, `GET` lists them
+//! beside the presets, `DELETE /v1/audio/voices/{id}` removes one.
+
+pub mod create;
 
 use crate::server::error::{ApiError, ErrorResponse};
 use crate::server::state::AppState;
 use crate::server::voice_catalog::aliases_of;
-use axum::extract::{Query, State};
+use crate::server::voice_store::VoiceMeta;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -24,15 +30,18 @@ pub struct VoiceList {
     voices: Vec<Voice>,
 }
 
+/// A preset, or a custom voice (which has `object` and the fields after it).
 #[derive(Clone, Serialize, ToSchema)]
 pub struct Voice {
-    /// The preset's name, usable as `voice`.
+    /// The preset's name, or the custom voice's `voice_...` id: usable as `voice`
+    /// (a custom voice as `{"id": "voice_..."}`).
     #[schema(example = "casual_female")]
     id: String,
-    /// The preset's name again (what voice pickers show).
+    /// The preset's name again, or the custom voice's name (what voice pickers show).
     #[schema(example = "casual_female")]
     name: String,
-    /// BCP 47 language code (null for a preset not named like the published ones).
+    /// BCP 47 language code (null for a custom voice and for a preset not named like the
+    /// published ones).
     #[schema(example = "en")]
     language: Option<&'static str>,
     #[schema(example = "English")]
@@ -42,14 +51,54 @@ pub struct Voice {
     /// OpenAI voice names that select this preset.
     #[schema(example = json!(["shimmer", "marin"]))]
     aliases: Vec<&'static str>,
+    /// Custom voices: `audio.voice`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = "audio.voice")]
+    object: Option<&'static str>,
+    /// Custom voices: when it was made (Unix seconds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    created_at: Option<u64>,
+    /// Custom voices: the model that computed it, the only one that can speak with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model: Option<String>,
+    /// Custom voices: whether it clones in context (a transcript was given) rather than from
+    /// the speaker embedding alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    in_context: Option<bool>,
+    /// Custom voices cloned in context: the reference clip's transcript.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    transcript: Option<String>,
+    /// Custom voices: the reference audio's length.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    audio_seconds: Option<f32>,
 }
 
-/// Lists the preset voices of a model (the default one unless `model` is given).
+impl Voice {
+    fn custom(meta: VoiceMeta) -> Voice {
+        Voice {
+            id: meta.id,
+            name: meta.name,
+            language: None,
+            language_name: None,
+            gender: None,
+            aliases: Vec::new(),
+            object: Some("audio.voice"),
+            created_at: Some(meta.created_at),
+            model: Some(meta.model),
+            in_context: Some(meta.transcript.is_some()),
+            transcript: meta.transcript,
+            audio_seconds: Some(meta.audio_seconds),
+        }
+    }
+}
+
+/// Lists the preset voices of a model (the default one unless `model` is given), then its
+/// custom voices, oldest first.
 ///
 /// Open to clients without a key when `public_discovery` is on (the default).
 #[utoipa::path(get, path = "/v1/audio/voices", tag = "audio", security((), ("api_key" = [])),
     responses(
-        (status = 200, description = "The preset voices", body = VoiceList),
+        (status = 200, description = "The preset and custom voices", body = VoiceList),
         (status = 404, description = "No such model", body = ErrorResponse),
         (status = 503, description = "The model is still loading", body = ErrorResponse),
     ),
@@ -64,21 +113,73 @@ pub async fn list_voices(
     };
     let model = served.loaded()?;
     let card = &model.card;
-    let data: Vec<Voice> = card
+    let presets = card.voices.iter().map(|v| Voice {
+        id: v.name.clone(),
+        name: v.name.clone(),
+        language: v.language,
+        language_name: v.language_name,
+        gender: v.gender,
+        aliases: aliases_of(&v.name, card),
+        object: None,
+        created_at: None,
+        model: None,
+        in_context: None,
+        transcript: None,
+        audio_seconds: None,
+    });
+    let custom = app
         .voices
-        .iter()
-        .map(|v| Voice {
-            id: v.name.clone(),
-            name: v.name.clone(),
-            language: v.language,
-            language_name: v.language_name,
-            gender: v.gender,
-            aliases: aliases_of(&v.name, card),
-        })
-        .collect();
+        .list()
+        .into_iter()
+        .filter(|v| v.model == served.id)
+        .map(Voice::custom);
+    let data: Vec<Voice> = presets.chain(custom).collect();
     Ok(Json(VoiceList {
         object: "list",
         voices: data.clone(),
         data,
+    }))
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct VoiceDeleted {
+    #[schema(example = "voice_0123456789abcdef0123456789abcdef")]
+    id: String,
+    /// Always `audio.voice.deleted`.
+    object: &'static str,
+    /// Always true.
+    deleted: bool,
+}
+
+/// Deletes a custom voice: requests naming it fail from now on, and it is gone from the
+/// voices folder.
+#[utoipa::path(delete, path = "/v1/audio/voices/{voice_id}", tag = "audio", security(("api_key" = [])),
+    params(("voice_id" = String, Path, description = "The custom voice's `voice_...` id")),
+    responses(
+        (status = 200, description = "The voice is deleted", body = VoiceDeleted),
+        (status = 404, description = "No custom voice has that id", body = ErrorResponse),
+    ))]
+pub async fn delete_voice(
+    State(app): State<AppState>,
+    Path(voice_id): Path<String>,
+) -> Result<Json<VoiceDeleted>, ApiError> {
+    let store = app.voices.clone();
+    let id = voice_id.clone();
+    let deleted = tokio::task::spawn_blocking(move || store.delete(&id))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    if !deleted {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            Some("voice_not_found"),
+            format!("No custom voice '{voice_id}'."),
+        )
+        .with_param("voice_id"));
+    }
+    Ok(Json(VoiceDeleted {
+        id: voice_id,
+        object: "audio.voice.deleted",
+        deleted: true,
     }))
 }

@@ -1,0 +1,397 @@
+//! `POST /v1/audio/voices`: a multipart upload becomes a stored custom voice. The clips are
+//! decoded and resampled to the encoder's rate on the blocking pool, the voice is computed on
+//! the model's voice-encoding thread, then written to the store; the same upload made again
+//! returns the stored voice without computing it again.
+
+use super::Voice;
+use crate::audio::input::{decode_to_rate, AudioInputError, DecodeLimits};
+use crate::engine::voice::{VoiceEncodeError, VoiceTensors};
+use crate::scheduler::voice_encoding::{VoiceEncoderState, VoiceEncodingJob, VoiceSubmitError};
+use crate::server::error::{ApiError, ErrorResponse};
+use crate::server::state::AppState;
+use crate::server::voice_store::{VoiceMeta, VoiceStoreError};
+use axum::extract::multipart::MultipartError;
+use axum::extract::{Multipart, State};
+use axum::http::StatusCode;
+use axum::Json;
+use sha2::{Digest, Sha256};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// Longest voice name, in characters.
+const MAX_NAME_CHARS: usize = 128;
+/// Longest transcript, in characters (the encoder also bounds its tokens).
+const MAX_TRANSCRIPT_CHARS: usize = 4000;
+/// The form field of the clips.
+const AUDIO_FIELD: &str = "audio_sample";
+
+/// The fields of the form, as sent.
+#[derive(Default)]
+struct Form {
+    clips: Vec<Vec<u8>>,
+    name: Option<String>,
+    transcript: Option<String>,
+    model: Option<String>,
+}
+
+/// A form whose text fields are valid.
+#[derive(Debug, PartialEq)]
+struct Upload {
+    name: String,
+    /// `None` for a blank transcript: the voice is then the speaker embedding alone.
+    transcript: Option<String>,
+    model: Option<String>,
+}
+
+async fn read_form(mut multipart: Multipart) -> Result<Form, ApiError> {
+    let bad = |e: MultipartError| {
+        let error = ApiError::new(e.status(), Some("invalid_multipart"), e.body_text());
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            // Only the clips can make a form that large.
+            return error.with_param(AUDIO_FIELD);
+        }
+        error
+    };
+    let mut form = Form::default();
+    while let Some(field) = multipart.next_field().await.map_err(bad)? {
+        let name = field.name().unwrap_or("").to_string();
+        if name == AUDIO_FIELD || name == "audio_sample[]" {
+            form.clips.push(field.bytes().await.map_err(bad)?.to_vec());
+            continue;
+        }
+        let value = field.text().await.map_err(bad)?;
+        match name.as_str() {
+            "name" => form.name = Some(value),
+            "transcript" => form.transcript = Some(value),
+            "model" => form.model = Some(value),
+            // Other fields (OpenAI's `consent`, for one) are accepted and ignored.
+            _ => {}
+        }
+    }
+    Ok(form)
+}
+
+fn check_fields(form: &Form) -> Result<Upload, ApiError> {
+    let name = form.name.as_deref().map(str::trim).unwrap_or("");
+    if name.is_empty() {
+        return Err(ApiError::invalid("name", "name is required"));
+    }
+    if name.chars().count() > MAX_NAME_CHARS {
+        return Err(ApiError::invalid(
+            "name",
+            format!("name is longer than {MAX_NAME_CHARS} characters"),
+        ));
+    }
+    let transcript = form
+        .transcript
+        .as_deref()
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    if transcript.is_some_and(|t| t.chars().count() > MAX_TRANSCRIPT_CHARS) {
+        return Err(ApiError::invalid(
+            "transcript",
+            format!("transcript is longer than {MAX_TRANSCRIPT_CHARS} characters"),
+        ));
+    }
+    if form.clips.is_empty() {
+        return Err(ApiError::invalid(
+            AUDIO_FIELD,
+            "audio_sample is required: a clip of the voice (WAV, MP3, FLAC, Ogg or WebM)",
+        ));
+    }
+    Ok(Upload {
+        name: name.to_string(),
+        transcript: transcript.map(str::to_string),
+        model: form.model.clone().filter(|m| !m.is_empty()),
+    })
+}
+
+/// sha256 of what determines a voice's tensors: the model, the clips as the encoder reads
+/// them, and the transcript.
+fn source_sha256(
+    model_id: &str,
+    sample_rate: u32,
+    clips: &[Vec<f32>],
+    transcript: Option<&str>,
+) -> String {
+    let mut hash = Sha256::new();
+    let mut field = |bytes: &[u8]| {
+        hash.update((bytes.len() as u64).to_le_bytes());
+        hash.update(bytes);
+    };
+    field(model_id.as_bytes());
+    field(&sample_rate.to_le_bytes());
+    match transcript {
+        Some(text) => field(format!("transcript:{text}").as_bytes()),
+        None => field(b"no transcript"),
+    }
+    for clip in clips {
+        let bytes: Vec<u8> = clip.iter().flat_map(|s| s.to_le_bytes()).collect();
+        field(&bytes);
+    }
+    format!("{:x}", hash.finalize())
+}
+
+fn audio_error(e: AudioInputError) -> ApiError {
+    let status = match e {
+        AudioInputError::Internal(_) => return ApiError::internal(e.to_string()),
+        AudioInputError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    ApiError::new(status, Some(e.code()), format!("audio_sample: {e}")).with_param(AUDIO_FIELD)
+}
+
+fn encode_error(e: VoiceEncodeError) -> ApiError {
+    match e {
+        VoiceEncodeError::Input { field, message } => ApiError::invalid(field, message),
+        VoiceEncodeError::Engine(_) => ApiError::internal(e.to_string()),
+    }
+}
+
+fn store_error(e: VoiceStoreError) -> ApiError {
+    match e {
+        VoiceStoreError::Full(_) => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            Some("too_many_voices"),
+            e.to_string(),
+        ),
+        _ => ApiError::internal(e.to_string()),
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// Creates a custom voice from a reference clip.
+///
+/// A multipart form: `audio_sample` (the clip: WAV, MP3, FLAC, Ogg or WebM, any rate, resampled
+/// to the model's; a family that averages several clips takes the field repeated), `name`,
+/// optionally `transcript` (what the clip says: the model then clones in context, closer to
+/// the clip) and `model` (a served model's id; the default model when absent). Use the voice
+/// in speech requests as `"voice": {"id": "voice_..."}`. The same clip, transcript and model
+/// under the same name returns the voice already stored. Only models that clone accept it
+/// (Qwen3-TTS Base); the voice is kept in the server's voices folder across restarts.
+#[utoipa::path(post, path = "/v1/audio/voices", tag = "audio", security(("api_key" = [])),
+    request_body(content_type = "multipart/form-data", description = "audio_sample, name, transcript, model"),
+    responses(
+        (status = 200, description = "The voice", body = Voice),
+        (status = 400, description = "A missing field, an undecodable, too short or too long clip, a model that cannot clone, or the most voices stored", body = ErrorResponse),
+        (status = 404, description = "No model of that name", body = ErrorResponse),
+        (status = 413, description = "The upload is too large", body = ErrorResponse),
+        (status = 429, description = "The model's voice encoder is busy", body = ErrorResponse),
+        (status = 503, description = "The model is loading", body = ErrorResponse)))]
+pub async fn create_voice(
+    State(app): State<AppState>,
+    multipart: Multipart,
+) -> Result<Json<Voice>, ApiError> {
+    let form = read_form(multipart).await?;
+    let upload = check_fields(&form)?;
+    let served = match &upload.model {
+        Some(name) => app.model_named(name)?,
+        None => app.default_model(),
+    };
+    let card = served.loaded()?;
+    let encoder = app
+        .voice_encoder(&served.id)
+        .ok_or_else(|| ApiError::internal("the model has no voice-encoding thread"))?;
+    let state = encoder.state.borrow().clone();
+    let sample_rate = match state {
+        VoiceEncoderState::Ready { sample_rate } => sample_rate,
+        VoiceEncoderState::Loading => return Err(ApiError::model_loading()),
+        VoiceEncoderState::NotCloning => {
+            return Err(ApiError::invalid(
+                "model",
+                format!(
+                    "the model '{}' ({}) cannot clone voices; Qwen3-TTS Base models can",
+                    served.id, card.card.family
+                ),
+            ))
+        }
+        VoiceEncoderState::Failed(message) => {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some("voice_encoder_failed"),
+                format!("The model's voice encoder failed to load: {message}"),
+            ))
+        }
+    };
+    let limits = DecodeLimits::new(
+        app.config.max_voice_upload_bytes,
+        Duration::from_secs(app.config.max_voice_clip_seconds as u64),
+    );
+    let clips = blocking(move || {
+        form.clips
+            .iter()
+            .map(|bytes| decode_to_rate(bytes, sample_rate, &limits).map(|a| a.samples))
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await?
+    .map_err(audio_error)?;
+    let source = source_sha256(
+        &served.id,
+        sample_rate,
+        &clips,
+        upload.transcript.as_deref(),
+    );
+    let store = app.voices.clone();
+    if let Some(same) = store.find_same(&served.id, &source, &upload.name) {
+        return Ok(Json(Voice::custom(same)));
+    }
+    let audio_seconds = clips.iter().map(Vec::len).sum::<usize>() as f32 / sample_rate as f32;
+    // Another name for a voice already computed: its tensors are reused.
+    let computed = match store.find_source(&served.id, &source) {
+        Some(other) => {
+            let store = store.clone();
+            blocking(move || store.tensors(&other.id)).await?.ok()
+        }
+        None => None,
+    };
+    let tensors = match computed {
+        Some(tensors) => tensors,
+        None => encode(encoder, clips, upload.transcript.clone()).await?,
+    };
+    let meta = VoiceMeta {
+        id: String::new(),
+        name: upload.name,
+        created_at: 0,
+        model: served.id.clone(),
+        family: card.card.family.to_string(),
+        transcript: upload.transcript,
+        audio_seconds,
+        source_sha256: source,
+    };
+    let stored = blocking(move || store.create(meta, &tensors))
+        .await?
+        .map_err(store_error)?;
+    Ok(Json(Voice::custom(stored)))
+}
+
+/// Computes the voice on the model's voice-encoding thread.
+async fn encode(
+    encoder: &crate::server::state::ServedVoiceEncoder,
+    clips: Vec<Vec<f32>>,
+    transcript: Option<String>,
+) -> Result<VoiceTensors, ApiError> {
+    let (reply, done) = oneshot::channel();
+    encoder
+        .queue
+        .try_submit(VoiceEncodingJob {
+            clips,
+            transcript,
+            reply,
+        })
+        .map_err(|e| match e {
+            VoiceSubmitError::Full => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                Some("queue_full"),
+                e.to_string(),
+            )
+            .with_retry_after(5),
+            VoiceSubmitError::Stopped => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some("worker_stopped"),
+                e.to_string(),
+            ),
+        })?;
+    done.await
+        .map_err(|_| ApiError::internal("the voice encoder stopped"))?
+        .map_err(encode_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn form(name: Option<&str>, transcript: Option<&str>, clips: usize) -> Form {
+        Form {
+            clips: vec![b"RIFF".to_vec(); clips],
+            name: name.map(str::to_string),
+            transcript: transcript.map(str::to_string),
+            model: Some(String::new()),
+        }
+    }
+
+    fn param(e: ApiError) -> (StatusCode, Option<String>) {
+        (e.status, e.param)
+    }
+
+    #[test]
+    fn fields_are_checked_and_named_when_wrong() {
+        let ok = check_fields(&form(Some(" Alice "), Some("  Hello.\n"), 1)).unwrap();
+        assert_eq!(
+            ok,
+            Upload {
+                name: "Alice".into(),
+                transcript: Some("Hello.".into()),
+                model: None,
+            }
+        );
+        let blank = check_fields(&form(Some("a"), Some(" \n"), 1)).unwrap();
+        assert_eq!(blank.transcript, None, "a blank transcript is none");
+        let bad = StatusCode::BAD_REQUEST;
+        for (form, field) in [
+            (form(None, None, 1), "name"),
+            (form(Some("  "), None, 1), "name"),
+            (form(Some(&"n".repeat(129)), None, 1), "name"),
+            (form(Some("a"), Some(&"t".repeat(4001)), 1), "transcript"),
+            (form(Some("a"), None, 0), "audio_sample"),
+        ] {
+            let e = check_fields(&form).unwrap_err();
+            assert_eq!(param(e), (bad, Some(field.to_string())));
+        }
+    }
+
+    #[test]
+    fn the_source_hash_covers_model_clips_and_transcript() {
+        let clips = vec![vec![0.25f32, -0.5]];
+        let base = source_sha256("m", 24_000, &clips, Some("Hi."));
+        assert_eq!(base.len(), 64);
+        assert_eq!(base, source_sha256("m", 24_000, &clips, Some("Hi.")));
+        for other in [
+            source_sha256("n", 24_000, &clips, Some("Hi.")),
+            source_sha256("m", 16_000, &clips, Some("Hi.")),
+            source_sha256("m", 24_000, &clips, None),
+            source_sha256("m", 24_000, &clips, Some("Hi!")),
+            source_sha256("m", 24_000, &[vec![0.25, -0.5, 0.0]], Some("Hi.")),
+            // Clip boundaries count: one clip of two samples is not two of one.
+            source_sha256("m", 24_000, &[vec![0.25], vec![-0.5]], Some("Hi.")),
+        ] {
+            assert_ne!(other, base);
+        }
+    }
+
+    #[test]
+    fn errors_map_to_statuses_and_fields() {
+        let e = audio_error(AudioInputError::Empty);
+        assert_eq!(
+            param(e),
+            (StatusCode::BAD_REQUEST, Some("audio_sample".into()))
+        );
+        let e = audio_error(AudioInputError::TooLarge { size: 9, limit: 1 });
+        assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
+        let e = audio_error(AudioInputError::TooLong {
+            limit: Duration::from_secs(30),
+        });
+        assert!(e.message.contains("30.0 s"), "{}", e.message);
+        assert!(audio_error(AudioInputError::Internal("x".into()))
+            .status
+            .is_server_error());
+        let e = encode_error(VoiceEncodeError::input("transcript", "too long"));
+        assert_eq!(
+            param(e),
+            (StatusCode::BAD_REQUEST, Some("transcript".into()))
+        );
+        let e = encode_error(VoiceEncodeError::Engine("nan".into()));
+        assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
+        let e = store_error(VoiceStoreError::Full(3));
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::BAD_REQUEST, Some("too_many_voices"))
+        );
+    }
+}

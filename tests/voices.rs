@@ -1,0 +1,294 @@
+//! Custom voices as clients see them: a real `voxtral-tts serve` process, `POST`, `GET` and
+//! `DELETE /v1/audio/voices` over HTTP with OpenAI's multipart form, and the voices folder
+//! they are kept in.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::Path;
+use voxtral_tts::testmodel::{cached_qwen3_test_model, Qwen3Preset};
+
+const BOUNDARY: &str = "voices-test-boundary";
+
+/// A multipart form: text fields, then one `audio_sample` file per clip.
+fn form(fields: &[(&str, &str)], clips: &[&[u8]]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (name, value) in fields {
+        body.extend(
+            format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n")
+                .bytes(),
+        );
+    }
+    for clip in clips {
+        body.extend(
+            format!(
+                "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"audio_sample\"; \
+                 filename=\"clip.wav\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+            )
+            .bytes(),
+        );
+        body.extend(*clip);
+        body.extend(b"\r\n");
+    }
+    body.extend(format!("--{BOUNDARY}--\r\n").bytes());
+    body
+}
+
+fn upload(server: &Server, fields: &[(&str, &str)], clips: &[&[u8]]) -> Reply {
+    let request = agent().post(&server.url("/v1/audio/voices")).set(
+        "Content-Type",
+        &format!("multipart/form-data; boundary={BOUNDARY}"),
+    );
+    send(request, Some(&form(fields, clips)))
+}
+
+fn delete(server: &Server, id: &str) -> Reply {
+    send(
+        agent().delete(&server.url(&format!("/v1/audio/voices/{id}"))),
+        None,
+    )
+}
+
+/// A mono 16-bit WAV at `rate`: `seconds` of a chirp, a stand-in for speech.
+fn wav(rate: u32, seconds: f64) -> Vec<u8> {
+    let len = (seconds * f64::from(rate)) as u32;
+    let samples: Vec<i16> = (0..len)
+        .map(|i| {
+            let t = f64::from(i) / f64::from(rate);
+            let x = 0.4 * (std::f64::consts::TAU * (150.0 * t + 400.0 * t * t)).sin();
+            (x * 32767.0) as i16
+        })
+        .collect();
+    let data = len * 2;
+    let mut out = Vec::new();
+    out.extend(b"RIFF");
+    out.extend((36 + data).to_le_bytes());
+    out.extend(b"WAVEfmt ");
+    out.extend(16u32.to_le_bytes());
+    out.extend(1u16.to_le_bytes());
+    out.extend(1u16.to_le_bytes());
+    out.extend(rate.to_le_bytes());
+    out.extend((rate * 2).to_le_bytes());
+    out.extend(2u16.to_le_bytes());
+    out.extend(16u16.to_le_bytes());
+    out.extend(b"data");
+    out.extend(data.to_le_bytes());
+    for s in samples {
+        out.extend(s.to_le_bytes());
+    }
+    out
+}
+
+/// The names in the voices folder, sorted (none when it does not exist).
+fn folder(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    names.sort();
+    names
+}
+
+#[test]
+fn a_model_that_cannot_clone_refuses_uploads_and_lists_its_presets_as_before() {
+    let voices = tempfile::tempdir().unwrap();
+    let dir = voices.path().join("voices");
+    let server = Server::spawn(
+        &model(),
+        &[],
+        &[
+            ("VOXTRAL_VOICES_DIR", dir.to_str().unwrap()),
+            ("VOXTRAL_API_KEYS", "k-1"),
+        ],
+    );
+    server.wait_ready();
+    let clip = wav(16_000, 1.5);
+    let keyed = |fields: &[(&str, &str)], clips: &[&[u8]]| {
+        let request = agent()
+            .post(&server.url("/v1/audio/voices"))
+            .set(
+                "Content-Type",
+                &format!("multipart/form-data; boundary={BOUNDARY}"),
+            )
+            .set("Authorization", "Bearer k-1");
+        send(request, Some(&form(fields, clips)))
+    };
+    // Uploads and deletions need the key; the list stays open (public_discovery).
+    // (A small body: the 401 comes before the body is read.)
+    upload(&server, &[("name", "a")], &[b"RIFF"]).error(401);
+    delete(&server, "voice_00").error(401);
+    let (_, param, _) = keyed(&[("name", "a")], &[&clip]).error(400);
+    assert_eq!(param.as_deref(), Some("model"));
+    let (_, param, _) = keyed(&[], &[&clip]).error(400);
+    assert_eq!(param.as_deref(), Some("name"));
+    let (_, param, code) = keyed(&[("name", "a"), ("model", "nope")], &[&clip]).error(404);
+    assert_eq!(
+        (param.as_deref(), code.as_deref()),
+        (Some("model"), Some("model_not_found"))
+    );
+
+    let voices = server.get("/v1/audio/voices").json();
+    let data = voices["data"].as_array().unwrap();
+    assert_eq!(data.len(), 20);
+    assert_eq!(voices["voices"], voices["data"]);
+    let keys: Vec<&String> = data[0].as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        [
+            "aliases",
+            "gender",
+            "id",
+            "language",
+            "language_name",
+            "name"
+        ],
+        "presets keep their fields"
+    );
+
+    let gone = send(
+        agent()
+            .delete(&server.url("/v1/audio/voices/voice_0123"))
+            .set("Authorization", "Bearer k-1"),
+        None,
+    );
+    let (kind, param, code) = gone.error(404);
+    assert_eq!(
+        (kind.as_str(), param.as_deref(), code.as_deref()),
+        (
+            "invalid_request_error",
+            Some("voice_id"),
+            Some("voice_not_found")
+        )
+    );
+    assert!(!dir.exists(), "no voice, no folder");
+}
+
+/// The fields every custom voice object has.
+fn check_voice_object(voice: &Value, name: &str, in_context: bool) -> String {
+    let id = voice["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("voice_") && id.len() == 38, "{voice}");
+    assert_eq!(voice["object"], "audio.voice");
+    assert_eq!(voice["name"], name);
+    assert!(voice["created_at"].as_u64().unwrap() > 1_700_000_000);
+    assert_eq!(voice["in_context"], in_context);
+    assert_eq!(voice["transcript"].is_string(), in_context);
+    id
+}
+
+/// Waits for the model's voice encoder: uploads get 503 while it loads.
+fn upload_when_ready(server: &Server, fields: &[(&str, &str)], clips: &[&[u8]]) -> Reply {
+    let mut reply = upload(server, fields, clips);
+    server.wait_for("the voice encoder", || {
+        if reply.status != 503 {
+            return true;
+        }
+        reply = upload(server, fields, clips);
+        false
+    });
+    reply
+}
+
+#[test]
+fn custom_voices_are_made_listed_deduplicated_deleted_and_kept_across_restarts() {
+    let model = cached_qwen3_test_model(Qwen3Preset::TinyBase, 0).unwrap();
+    let voices = tempfile::tempdir().unwrap();
+    let dir = voices.path().join("voices");
+    let env = [
+        ("VOXTRAL_VOICES_DIR", dir.to_str().unwrap()),
+        ("VOXTRAL_MAX_VOICE_CLIP_SECONDS", "3"),
+        ("VOXTRAL_DTYPE", "f32"),
+    ];
+    let server = Server::spawn(&model, &[], &env);
+    server.wait_ready();
+    // At 16 kHz: resampled to the encoder's 24 kHz.
+    let clip = wav(16_000, 1.5);
+    let alice = upload_when_ready(
+        &server,
+        &[("name", "alice"), ("transcript", "Hello there.")],
+        &[&clip],
+    );
+    alice.assert_ok();
+    let alice = alice.json();
+    let alice_id = check_voice_object(&alice, "alice", true);
+    assert_eq!(alice["transcript"], "Hello there.");
+    assert_eq!(folder(&dir), [alice_id.as_str()]);
+    let stored = dir.join(&alice_id);
+    assert!(stored.join("voice.json").exists() && stored.join("voice.safetensors").exists());
+
+    // The same upload again: the stored voice, nothing new computed or written.
+    let again = upload(
+        &server,
+        &[("name", "alice"), ("transcript", "Hello there.")],
+        &[&clip],
+    );
+    assert_eq!(again.json(), alice);
+    // Another name (and no transcript): another voice.
+    let bob = upload(&server, &[("name", "bob")], &[&clip]).json();
+    let bob_id = check_voice_object(&bob, "bob", false);
+    assert_ne!(bob_id, alice_id);
+
+    let listed = server.get("/v1/audio/voices").json();
+    let mut custom: Vec<&Value> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["object"] == "audio.voice")
+        .collect();
+    // Oldest first; both were made within the same second (the unit of created_at).
+    custom.sort_by_key(|v| v["name"].as_str().unwrap().to_string());
+    assert_eq!(custom, [&alice, &bob]);
+    assert_eq!(listed["voices"], listed["data"]);
+
+    // Bad uploads: a 400 naming the field, and nothing left in the folder.
+    let before = folder(&dir);
+    let undecodable = b"not audio at all".repeat(100);
+    for (fields, clips, field) in [
+        (vec![("name", "x")], vec![&b""[..]], "audio_sample"),
+        (vec![("name", "x")], vec![&undecodable[..]], "audio_sample"),
+        (
+            vec![("name", "x")],
+            vec![&wav(24_000, 4.0)[..]],
+            "audio_sample",
+        ),
+        (
+            vec![("name", "x")],
+            vec![&wav(24_000, 0.25)[..]],
+            "audio_sample",
+        ),
+        (
+            vec![("name", "x")],
+            vec![&clip[..], &clip[..]],
+            "audio_sample",
+        ),
+        (vec![("name", "x")], vec![], "audio_sample"),
+        (vec![("transcript", "Hi.")], vec![&clip[..]], "name"),
+    ] {
+        let (_, param, _) = upload(&server, &fields, &clips).error(400);
+        assert_eq!(param.as_deref(), Some(field), "{fields:?}");
+    }
+    assert_eq!(folder(&dir), before);
+
+    let deleted = delete(&server, &bob_id);
+    deleted.assert_ok();
+    assert_eq!(
+        deleted.json(),
+        serde_json::json!({"id": bob_id, "object": "audio.voice.deleted", "deleted": true})
+    );
+    delete(&server, &bob_id).error(404);
+    assert_eq!(folder(&dir), [alice_id.as_str()]);
+    drop(server);
+
+    let server = Server::spawn(&model, &[], &env);
+    server.wait_ready();
+    let listed = server.get("/v1/audio/voices").json();
+    let custom: Vec<&Value> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["object"] == "audio.voice")
+        .collect();
+    assert_eq!(custom, [&alice], "the voice survives a restart");
+}
