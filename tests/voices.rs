@@ -242,6 +242,29 @@ fn custom_voices_are_made_listed_deduplicated_deleted_and_kept_across_restarts()
     assert_eq!(custom, [&alice, &bob]);
     assert_eq!(listed["voices"], listed["data"]);
 
+    // Speech with each voice (in context and x-vector only), greedy: the same request gives
+    // the same audio, and the two voices different audio.
+    let speak = |id: &str| {
+        let reply = server.speech(
+            serde_json::json!({"model": "tts-1", "input": "Hello again.",
+            "voice": {"id": id}, "response_format": "pcm", "temperature": 0, "max_frames": 8,
+            "language": "en"}),
+        );
+        reply.assert_ok();
+        common::pcm_samples(&reply)
+    };
+    let (with_alice, with_bob) = (speak(&alice_id), speak(&bob_id));
+    assert!(!with_alice.is_empty() && with_alice.len() % 1920 == 0);
+    assert_eq!(speak(&alice_id), with_alice);
+    assert_ne!(with_alice, with_bob);
+    let unknown = server.speech(serde_json::json!({"model": "tts-1", "input": "Hi.",
+        "voice": {"id": "voice_0123456789abcdef0123456789abcdef"}}));
+    let (_, param, code) = unknown.error(400);
+    assert_eq!(
+        (param.as_deref(), code.as_deref()),
+        (Some("voice"), Some("voice_not_found"))
+    );
+
     // Bad uploads: a 400 naming the field, and nothing left in the folder.
     let before = folder(&dir);
     let undecodable = b"not audio at all".repeat(100);

@@ -135,8 +135,6 @@ impl AppState {
     /// A custom voice for a request to `model_id` (a served model's id): its metadata and
     /// tensors. A 400 naming `voice` when there is no such voice or another model made it.
     /// Reads the voice's file: call it where blocking briefly is fine.
-    // The speech route's `voice: {"id": "voice_..."}` calls it (issue 16, with the Qwen3 engine).
-    #[allow(dead_code)]
     pub fn custom_voice(
         &self,
         model_id: &str,

@@ -202,7 +202,7 @@ impl Session {
             self.app.config.max_input_chars,
             &model.card,
         )?;
-        let prepared = prepare(&self.app, &model, &speech).await?;
+        let prepared = prepare(&self.app, &served.id, &model, &speech).await?;
         let job = JobOptions {
             stream: true,
             ..JobOptions::default()

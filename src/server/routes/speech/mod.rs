@@ -9,7 +9,7 @@ pub use request::{Speech, StreamFormat};
 use stream::Streamer;
 
 use crate::audio::{encode_audio, stream_encoder, time_stretch};
-use crate::engine::{prepare_speech, ModelCard, PreparedSpeech};
+use crate::engine::{prepare_speech, CustomVoice, ModelCard, PreparedSpeech};
 use crate::scheduler::{JobError, JobEvent, JobOptions, JobSummary, LoadedModel, SubmitError};
 use crate::server::error::{ApiError, ErrorResponse};
 use crate::server::json::JsonBody;
@@ -19,6 +19,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedReceiver;
 use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, Schema, SchemaFormat, Type};
@@ -112,7 +113,7 @@ pub async fn create_speech(
     if speech.stream_format.is_none() && reads_as_stream(&headers) {
         speech.stream_format = Some(StreamFormat::Audio);
     }
-    let prepared = prepare(&app, &model, &speech).await?;
+    let prepared = prepare(&app, &served.id, &model, &speech).await?;
     let options = JobOptions {
         stream: speech.stream_format.is_some(),
         ..JobOptions::default()
@@ -174,25 +175,35 @@ pub async fn create_speech(
     Ok(response)
 }
 
-/// Normalizes, splits and tokenizes a validated request (on the blocking pool: linear in the
-/// input, but long inputs take milliseconds). Input the model cannot take is a 400 here,
-/// before the request waits in any queue.
+/// Normalizes, splits and tokenizes a validated request of the served model `model_id`,
+/// reading its custom voice if it names one (on the blocking pool: linear in the input, but
+/// long inputs take milliseconds, and the voice is a file). Input the model cannot take is a
+/// 400 here, before the request waits in any queue.
 pub(crate) async fn prepare(
     app: &AppState,
+    model_id: &str,
     model: &std::sync::Arc<LoadedModel>,
     speech: &Speech,
 ) -> Result<PreparedSpeech, ApiError> {
-    let input = speech.input(app.config.normalize_text, app.config.segment_chars);
-    let model = model.clone();
+    let mut input = speech.input(app.config.normalize_text, app.config.segment_chars);
+    let custom_voice = speech.custom_voice.then(|| speech.voice.clone());
+    let (app, model_id, model) = (app.clone(), model_id.to_string(), model.clone());
     tokio::task::spawn_blocking(move || {
-        prepare_speech(&*model.preparer, model.card.max_frames, input)
+        if let Some(id) = custom_voice {
+            let (meta, tensors) = app.custom_voice(&model_id, &id)?;
+            input.conditioning.custom_voice = Some(Arc::new(CustomVoice {
+                id,
+                transcript: meta.transcript,
+                tensors,
+            }));
+        }
+        prepare_speech(&*model.preparer, model.card.max_frames, input).map_err(|e| {
+            let message = e.to_string();
+            ApiError::invalid(e.param(), format!("{}.", message.trim_end_matches('.')))
+        })
     })
     .await
     .map_err(|e| ApiError::internal(format!("text preparation stopped: {e}")))?
-    .map_err(|e| {
-        let message = e.to_string();
-        ApiError::invalid(e.param(), format!("{}.", message.trim_end_matches('.')))
-    })
 }
 
 /// Queues a prepared synthesis on `model`'s worker (for the HTTP route and the Wyoming
