@@ -58,7 +58,10 @@ impl<T: Tensor> Qwen3Engine<T> {
         let model = Qwen3Tts::<T>::load(dir, device, dtype, &talker)?;
         let speech_dir = dir.join("speech_tokenizer");
         let codec = SpeechTokenizerConfig::from_file(&speech_dir.join("config.json"))?;
-        let decoder = SpeechDecoder::<T>::load(&speech_dir, device, dtype)?;
+        // bf16 convolutions have no fast path on most CPUs (without AVX512-BF16, oneDNN falls
+        // back to a reference loop, 100 times slower in `bench`); the decoder's weights are small.
+        let decoder_dtype = if T::is_cpu(device) { DType::F32 } else { dtype };
+        let decoder = SpeechDecoder::<T>::load(&speech_dir, device, decoder_dtype)?;
         let tokenizer = Qwen2Tokenizer::from_folder(dir)?;
         let max_frames = MAX_FRAMES.min(model.generation.max_new_tokens.saturating_sub(1));
         let prompter = Arc::new(Qwen3Prompter {
