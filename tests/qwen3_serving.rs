@@ -266,6 +266,11 @@ fn served_over_http() {
         .contains(&json!("en")));
 
     let voices = server.get("/v1/audio/voices?model=custom").json();
+    assert_eq!(voices["instructions"], true);
+    assert_eq!(
+        server.get("/v1/audio/voices?model=base").json()["instructions"],
+        false
+    );
     let ryan = voices["data"]
         .as_array()
         .unwrap()
@@ -322,6 +327,26 @@ fn served_over_http() {
         text.contains("speech.audio.delta") && text.contains("speech.audio.done"),
         "{text}"
     );
+
+    // Streamed as a file in every format, chunk by chunk through the stateful decoder: the
+    // PCM stream carries the same greedy samples as the whole file.
+    let streamed = server.speech(speech(
+        "custom",
+        json!("ryan"),
+        json!({"language": "en", "stream_format": "audio"}),
+    ));
+    assert_eq!(pcm_samples(&streamed).len(), a.len());
+    let worst = common::max_lsb_diff(&pcm_samples(&streamed), &a);
+    assert!(worst <= 4, "streamed PCM differs by {worst} steps");
+    for format in ["mp3", "opus", "aac", "flac", "wav"] {
+        let reply = server.speech(speech(
+            "custom",
+            json!("ryan"),
+            json!({"language": "en", "stream_format": "audio", "response_format": format}),
+        ));
+        reply.assert_ok();
+        assert!(!reply.body.is_empty(), "{format}");
+    }
 
     // Errors, each naming its field.
     let (_, param, _) = server

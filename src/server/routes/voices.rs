@@ -28,6 +28,10 @@ pub struct VoiceList {
     data: Vec<Voice>,
     /// The same voices again, under the key Open WebUI reads (`voices[].id`, `voices[].name`).
     voices: Vec<Voice>,
+    /// Whether a speech request's `instructions` steer these voices' style (Qwen3-TTS 1.7B
+    /// CustomVoice) or describe the voice (VoiceDesign); `false`: they are ignored (Voxtral,
+    /// Qwen3-TTS 0.6B CustomVoice and Base, as the official code does).
+    instructions: bool,
 }
 
 /// A preset, or a custom voice (which has `object` and the fields after it).
@@ -138,6 +142,7 @@ pub async fn list_voices(
         object: "list",
         voices: data.clone(),
         data,
+        instructions: card.instructions,
     }))
 }
 
