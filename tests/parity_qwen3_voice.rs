@@ -4,6 +4,9 @@
 //! encoded by `models::load_voice_encoder` gives the official x-vector, reference codes and
 //! tokenized transcript; the serving path's voice-encoding thread computes them. f32, libtorch on the CPU.
 
+mod common;
+
+use common::pcm16_wav;
 use safetensors::SafeTensors;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -107,28 +110,6 @@ impl Goldens {
     }
 }
 
-/// A mono 16-bit PCM WAV file.
-fn wav(rate: u32, samples: &[i16]) -> Vec<u8> {
-    let data = samples.len() as u32 * 2;
-    let mut out = Vec::new();
-    out.extend(b"RIFF");
-    out.extend((36 + data).to_le_bytes());
-    out.extend(b"WAVEfmt ");
-    out.extend(16u32.to_le_bytes());
-    out.extend(1u16.to_le_bytes());
-    out.extend(1u16.to_le_bytes());
-    out.extend(rate.to_le_bytes());
-    out.extend((rate * 2).to_le_bytes());
-    out.extend(2u16.to_le_bytes());
-    out.extend(16u16.to_le_bytes());
-    out.extend(b"data");
-    out.extend(data.to_le_bytes());
-    for s in samples {
-        out.extend(s.to_le_bytes());
-    }
-    out
-}
-
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter()
@@ -150,7 +131,7 @@ fn check_preset(preset: Qwen3Preset) {
     let rate = encoder.sample_rate();
     assert_eq!(rate, goldens.json["reference_audio"]["sample_rate"]);
     let limits = DecodeLimits::new(1 << 20, Duration::from_secs(30));
-    let clip = decode_to_rate(&wav(rate, &goldens.clip_pcm16()), rate, &limits)
+    let clip = decode_to_rate(&pcm16_wav(rate, &goldens.clip_pcm16()), rate, &limits)
         .unwrap()
         .samples;
     let (transcript, ref_ids, ref_codes) = goldens.in_context_case();

@@ -245,26 +245,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// A 16-bit mono WAV of `samples` at `rate`.
-fn wav(samples: &[i16], rate: u32) -> Vec<u8> {
-    let data = samples.len() as u32 * 2;
-    let mut out = Vec::new();
-    out.extend(b"RIFF");
-    out.extend((36 + data).to_le_bytes());
-    out.extend(b"WAVEfmt ");
-    out.extend(16u32.to_le_bytes());
-    out.extend(1u16.to_le_bytes());
-    out.extend(1u16.to_le_bytes());
-    out.extend(rate.to_le_bytes());
-    out.extend((rate * 2).to_le_bytes());
-    out.extend(2u16.to_le_bytes());
-    out.extend(16u16.to_le_bytes());
-    out.extend(b"data");
-    out.extend(data.to_le_bytes());
-    out.extend(samples.iter().flat_map(|s| s.to_le_bytes()));
-    out
-}
-
 /// A session as a client runs it: created, updated (GA and beta), audio streamed in 20 ms
 /// appends, text out before the commit where the model has decoded some, then the commit's
 /// events and a completed transcript equal to the offline transcription of the same audio;
@@ -379,7 +359,7 @@ fn a_live_session_transcribes_as_offline_does() {
          --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\n"
     )
     .into_bytes();
-    body.extend(wav(&pcm, 24_000));
+    body.extend(pcm16_wav(24_000, &pcm));
     body.extend(format!("\r\n--{boundary}--\r\n").bytes());
     let request = agent().post(&server.url("/v1/audio/transcriptions")).set(
         "Content-Type",

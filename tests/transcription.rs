@@ -46,24 +46,7 @@ fn wav_of(len: u32) -> Vec<u8> {
             (x * 32767.0) as i16
         })
         .collect();
-    let data = samples.len() as u32 * 2;
-    let mut out = Vec::new();
-    out.extend(b"RIFF");
-    out.extend((36 + data).to_le_bytes());
-    out.extend(b"WAVEfmt ");
-    out.extend(16u32.to_le_bytes());
-    out.extend(1u16.to_le_bytes());
-    out.extend(1u16.to_le_bytes());
-    out.extend(rate.to_le_bytes());
-    out.extend((rate * 2).to_le_bytes());
-    out.extend(2u16.to_le_bytes());
-    out.extend(16u16.to_le_bytes());
-    out.extend(b"data");
-    out.extend(data.to_le_bytes());
-    for s in samples {
-        out.extend(s.to_le_bytes());
-    }
-    out
+    pcm16_wav(rate, &samples)
 }
 
 /// A multipart form: text fields, then `file` when given.

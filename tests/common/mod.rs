@@ -319,3 +319,23 @@ pub fn jobs(server: &Server, outcome: &str) -> f64 {
     )
     .unwrap_or(0.0)
 }
+
+/// A mono 16-bit PCM WAV file of `samples` at `rate`.
+pub fn pcm16_wav(rate: u32, samples: &[i16]) -> Vec<u8> {
+    let data = samples.len() as u32 * 2;
+    let mut out = Vec::new();
+    out.extend(b"RIFF");
+    out.extend((36 + data).to_le_bytes());
+    out.extend(b"WAVEfmt ");
+    out.extend(16u32.to_le_bytes());
+    out.extend(1u16.to_le_bytes());
+    out.extend(1u16.to_le_bytes());
+    out.extend(rate.to_le_bytes());
+    out.extend((rate * 2).to_le_bytes());
+    out.extend(2u16.to_le_bytes());
+    out.extend(16u16.to_le_bytes());
+    out.extend(b"data");
+    out.extend(data.to_le_bytes());
+    out.extend(samples.iter().flat_map(|s| s.to_le_bytes()));
+    out
+}
