@@ -3,7 +3,7 @@
 //! from the cardinal's ending, "ein Euro" in amounts. Integers up to 36 digits (the
 //! reference goes further; longer ones are refused here).
 
-use super::{unreadable, Currency, NumberWords};
+use super::{Currency, NumberWords, SplitCards, Valued};
 use crate::models::xtts::text::language::TextError;
 
 pub struct German;
@@ -42,8 +42,6 @@ impl NumberWords for German {
     }
 }
 
-/// Numbers past this many digits are refused (the pairs' values are `u128`).
-const MAX_DIGITS: usize = 36;
 const MILLION: u128 = 1_000_000;
 
 /// The largest card at most `n`: the EU scales up to 10^33, then the German mid and low words.
@@ -104,7 +102,7 @@ fn largest_card_at_most(n: u128) -> (u128, &'static str) {
 }
 
 /// `Num2Word_DE.merge`.
-fn merge((mut left, l): (String, u128), (mut right, r): (String, u128)) -> (String, u128) {
+fn merge((mut left, l): Valued, (mut right, r): Valued) -> Valued {
     if l == 1 {
         if r == 100 || r == 1000 {
             return (format!("ein{right}"), r);
@@ -134,32 +132,16 @@ fn merge((mut left, l): (String, u128), (mut right, r): (String, u128)) -> (Stri
     (left + &right, value)
 }
 
-/// `splitnum` then `clean`: the multiplier merged with the card, then with the remainder.
-fn pair(n: u128) -> (String, u128) {
-    let (card, word) = largest_card_at_most(n);
-    if n == 0 {
-        return merge(("eins".to_string(), 1), (word.to_string(), 0));
-    }
-    let (multiplier, remainder) = (n / card, n % card);
-    let left = if multiplier == 1 {
-        ("eins".to_string(), 1)
-    } else {
-        pair(multiplier)
-    };
-    let head = merge(left, (word.to_string(), card));
-    if remainder == 0 {
-        head
-    } else {
-        merge(head, pair(remainder))
-    }
-}
+/// How `num2words` spells integers in this language.
+const CARDS: SplitCards = SplitCards {
+    one: "eins",
+    largest_card_at_most,
+    merge,
+};
 
+/// Words for a run of ASCII digits, as `num2words(int(digits))`.
 fn cardinal(digits: &str) -> Result<String, TextError> {
-    let significant = digits.trim_start_matches('0');
-    if significant.len() > MAX_DIGITS {
-        return Err(unreadable(digits));
-    }
-    Ok(pair(significant.parse().unwrap_or(0)).0)
+    CARDS.cardinal(digits)
 }
 
 /// `Num2Word_DE.to_ordinal`: the lowercased cardinal's ending changed, "te" added, "ein"

@@ -3,7 +3,7 @@
 //! of "quatre-vingts" and "cents" only at the end). Integers up to 36 digits (the reference
 //! goes further; longer ones are refused here).
 
-use super::{unreadable, Currency, NumberWords};
+use super::{Currency, NumberWords, SplitCards, Valued};
 use crate::models::xtts::text::language::TextError;
 
 pub struct French;
@@ -37,9 +37,6 @@ impl NumberWords for French {
         " et "
     }
 }
-
-/// Numbers past this many digits are refused (the pairs' values are `u128`).
-const MAX_DIGITS: usize = 36;
 
 /// The cards `splitnum` picks from, largest first: the EU scales up to 10^33, then the
 /// French mid and low words.
@@ -87,7 +84,7 @@ fn largest_card_at_most(n: u128) -> (u128, &'static str) {
 }
 
 /// `Num2Word_FR.merge`.
-fn merge((mut left, l): (String, u128), (mut right, r): (String, u128)) -> (String, u128) {
+fn merge((mut left, l): Valued, (mut right, r): Valued) -> Valued {
     if l == 1 {
         if r < 1_000_000 {
             return (right, r);
@@ -111,33 +108,16 @@ fn merge((mut left, l): (String, u128), (mut right, r): (String, u128)) -> (Stri
     }
 }
 
-/// `splitnum` then `clean`: the multiplier merged with the card, then with the remainder.
-fn pair(n: u128) -> (String, u128) {
-    let (card, word) = largest_card_at_most(n);
-    if n == 0 {
-        return merge(("un".to_string(), 1), (word.to_string(), 0));
-    }
-    let (multiplier, remainder) = (n / card, n % card);
-    let left = if multiplier == 1 {
-        ("un".to_string(), 1)
-    } else {
-        pair(multiplier)
-    };
-    let head = merge(left, (word.to_string(), card));
-    if remainder == 0 {
-        head
-    } else {
-        merge(head, pair(remainder))
-    }
-}
+/// How `num2words` spells integers in this language.
+const CARDS: SplitCards = SplitCards {
+    one: "un",
+    largest_card_at_most,
+    merge,
+};
 
-/// Words for a run of ASCII digits, as `num2words(int(digits), lang="fr")`.
+/// Words for a run of ASCII digits, as `num2words(int(digits))`.
 fn cardinal(digits: &str) -> Result<String, TextError> {
-    let significant = digits.trim_start_matches('0');
-    if significant.len() > MAX_DIGITS {
-        return Err(unreadable(digits));
-    }
-    Ok(pair(significant.parse().unwrap_or(0)).0)
+    CARDS.cardinal(digits)
 }
 
 /// `num2words(int(digits), ordinal=True, lang="fr")`.

@@ -15,6 +15,54 @@ pub mod fr;
 
 use super::language::TextError;
 
+/// Numbers past this many digits are refused (the split cardinals' values are `u128`).
+const MAX_SPLIT_DIGITS: usize = 36;
+
+/// A word and the value it stands for, as `splitnum` and `merge` pass them.
+pub type Valued = (String, u128);
+
+/// How a European language of `num2words` spells integers: `Num2Word_EU`'s cards and its
+/// `merge` of two parts.
+pub struct SplitCards {
+    /// The word for one as a multiplier ("un", "eins").
+    pub one: &'static str,
+    /// The largest card at most `n`, with its word.
+    pub largest_card_at_most: fn(u128) -> (u128, &'static str),
+    pub merge: fn(Valued, Valued) -> Valued,
+}
+
+impl SplitCards {
+    /// `splitnum` then `clean`: the multiplier merged with the card, then with the remainder.
+    fn pair(&self, n: u128) -> Valued {
+        let (card, word) = (self.largest_card_at_most)(n);
+        let one = || (self.one.to_string(), 1);
+        if n == 0 {
+            return (self.merge)(one(), (word.to_string(), 0));
+        }
+        let (multiplier, remainder) = (n / card, n % card);
+        let left = if multiplier == 1 {
+            one()
+        } else {
+            self.pair(multiplier)
+        };
+        let head = (self.merge)(left, (word.to_string(), card));
+        if remainder == 0 {
+            head
+        } else {
+            (self.merge)(head, self.pair(remainder))
+        }
+    }
+
+    /// Words for a run of ASCII digits, as `num2words(int(digits))`.
+    pub fn cardinal(&self, digits: &str) -> Result<String, TextError> {
+        let significant = digits.trim_start_matches('0');
+        if significant.len() > MAX_SPLIT_DIGITS {
+            return Err(unreadable(digits));
+        }
+        Ok(self.pair(significant.parse().unwrap_or(0)).0)
+    }
+}
+
 /// A language's `num2words` converter, as coqui's cleaner calls it.
 pub trait NumberWords {
     /// `num2words(int(digits))`.
