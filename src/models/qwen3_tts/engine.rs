@@ -150,24 +150,35 @@ impl Qwen3Prompter {
         (reads && !text.is_empty()).then(|| self.tokenizer.encode(&instruct_text(text)))
     }
 
-    /// The prompt layout of one segment; also what the engine prefills.
-    fn layout(
-        &self,
-        text_ids: &[u32],
-        voice: &str,
-        conditioning: &Conditioning,
-    ) -> Result<prompt::PromptLayout, PrepareError> {
-        let language = self.language(conditioning.language.as_deref())?;
-        let instruct = self.instruct_ids(conditioning);
-        let cloned = cloned_voice(self.config.tts_model_type, conditioning)?;
-        let input = PromptInput {
+    /// What a request's conditioning gives every segment's prompt, checked.
+    fn request_inputs(&self, conditioning: &Conditioning) -> Result<RequestInputs, PrepareError> {
+        Ok(RequestInputs {
+            language: self.language(conditioning.language.as_deref())?,
+            instruct: self.instruct_ids(conditioning),
+            cloned: cloned_voice(self.config.tts_model_type, conditioning)?,
+            model_type: self.config.tts_model_type,
+        })
+    }
+}
+
+/// A request's language, instruction and cloned voice, as a segment's prompt takes them: the
+/// preparer counts the prompt from them, the engine prefills it.
+struct RequestInputs {
+    language: String,
+    instruct: Option<Vec<u32>>,
+    cloned: Option<ClonedVoice>,
+    model_type: TtsModelType,
+}
+
+impl RequestInputs {
+    fn prompt<'a>(&'a self, text_ids: &'a [u32], voice: &'a str) -> PromptInput<'a> {
+        PromptInput {
             text_ids,
-            instruct_ids: instruct.as_deref(),
-            language: &language,
-            voice: speaker(self.config.tts_model_type, voice, cloned.as_ref()),
-            layout: TextLayout::default_for(self.config.tts_model_type),
-        };
-        prompt::layout(&self.config, &input).map_err(prepare_error)
+            instruct_ids: self.instruct.as_deref(),
+            language: &self.language,
+            voice: speaker(self.model_type, voice, self.cloned.as_ref()),
+            layout: TextLayout::default_for(self.model_type),
+        }
     }
 }
 
@@ -179,7 +190,9 @@ impl SpeechPreparer for Qwen3Prompter {
         conditioning: &Conditioning,
     ) -> Result<Prompt, PrepareError> {
         let ids = self.tokenizer.encode(&target_text(text));
-        let positions = self.layout(&ids, voice, conditioning)?.positions.len();
+        let inputs = self.request_inputs(conditioning)?;
+        let layout = prompt::layout(&self.config, &inputs.prompt(&ids, voice));
+        let positions = layout.map_err(prepare_error)?.positions.len();
         Ok(Prompt { ids, positions })
     }
 
@@ -333,21 +346,12 @@ impl<T: Tensor> TextToSpeech for Qwen3Engine<T> {
         speech: &PreparedSpeech,
         segment: usize,
     ) -> Result<Qwen3Session<'m, T>, EngineError> {
-        let p = &self.prompter;
-        let cond = &speech.conditioning;
         let ids = &speech.segments[segment].prompt.ids;
-        let input_error = |e: PrepareError| EngineError(e.to_string());
-        let language = p.language(cond.language.as_deref()).map_err(input_error)?;
-        let instruct = p.instruct_ids(cond);
-        let model_type = p.config.tts_model_type;
-        let cloned = cloned_voice(model_type, cond).map_err(input_error)?;
-        let input = PromptInput {
-            text_ids: ids,
-            instruct_ids: instruct.as_deref(),
-            language: &language,
-            voice: speaker(model_type, &speech.voice, cloned.as_ref()),
-            layout: TextLayout::default_for(model_type),
-        };
+        let inputs = self
+            .prompter
+            .request_inputs(&speech.conditioning)
+            .map_err(|e| EngineError(e.to_string()))?;
+        let input = inputs.prompt(ids, &speech.voice);
         let mut params = GenerationParams::from_config(&self.model.generation);
         // The official `max_new_tokens` M gives at most M - 1 frames.
         params.max_new_tokens = speech.max_frames + 1;
@@ -361,7 +365,7 @@ impl<T: Tensor> TextToSpeech for Qwen3Engine<T> {
         Ok(Qwen3Session {
             session,
             prompt_ids: ids.clone(),
-            reference: cloned.and_then(|c| c.reference).map(|r| r.codes),
+            reference: inputs.cloned.and_then(|c| c.reference).map(|r| r.codes),
             stream: RefCell::new(None),
         })
     }
