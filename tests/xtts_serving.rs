@@ -8,11 +8,15 @@ mod common;
 use common::{pcm16_wav, pcm_samples, Server};
 use serde_json::{json, Value};
 use std::path::PathBuf;
+use voxtral_tts::device::DeviceChoice;
 use voxtral_tts::engine::{
     prepare_speech, Conditioning, EngineOptions, PreparedSpeech, Sampling, SpeechInput,
     SpeechSession, StopReason, TextToSpeech,
 };
 use voxtral_tts::models::xtts::XttsEngine;
+use voxtral_tts::scheduler::{
+    start_worker, EngineState, JobEvent, JobOptions, StreamSettings, WorkerSettings,
+};
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::DType;
 use voxtral_tts::testmodel::{cached_xtts_test_model, XTTS_STUDIO_VOICES};
@@ -423,4 +427,76 @@ fn synth_clones_from_reference_audio() {
         ],
     );
     assert!(!both.status.success());
+}
+
+/// A long text's sentences through the worker: with free slots they generate in the same
+/// steps (the frames of a later sentence are counted at once when its turn comes, where one
+/// slot counts them one per step), and the audio is the same as one after another.
+#[test]
+fn a_texts_sentences_generate_together_in_free_slots() {
+    let run = |slots: usize| -> (Vec<usize>, Vec<f32>) {
+        let settings = WorkerSettings {
+            model_id: "xtts".into(),
+            model_dir: model(),
+            device: DeviceChoice::Cpu,
+            dtype: DType::F32,
+            threads: 0,
+            panic_on_input: None,
+            streaming: StreamSettings::default(),
+            engine: EngineOptions {
+                max_sessions: slots,
+                kv_cache_bytes: 64 << 20,
+                ..EngineOptions::default()
+            },
+        };
+        let (queue, mut state, worker) = start_worker(settings, 4).unwrap();
+        let loaded = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(state.wait_for(|s| !matches!(s, EngineState::Loading)))
+            .unwrap()
+            .clone();
+        let EngineState::Ready(loaded) = loaded else {
+            panic!("the model did not load")
+        };
+        let mut request = input(
+            "hello there. the world is wide. is it not? hello again.",
+            XTTS_STUDIO_VOICES[0],
+            None,
+            Some(0.0),
+        );
+        request.segment_chars = 20;
+        let prepared = prepare_speech(&*loaded.preparer, loaded.card.max_frames, request).unwrap();
+        assert!(
+            prepared.segments.len() >= 3,
+            "{} segments",
+            prepared.segments.len()
+        );
+        let options = JobOptions {
+            stream: false,
+            progress: true,
+            keep_codes: false,
+        };
+        let mut events = queue.submit(prepared, options).unwrap();
+        drop(queue);
+        let (mut progress, mut pcm) = (Vec::new(), Vec::new());
+        loop {
+            match events.blocking_recv().expect("the job ends with Done") {
+                JobEvent::Progress { frames } => progress.push(frames),
+                JobEvent::Audio(chunk) => pcm.extend(chunk),
+                JobEvent::Done(_) => break,
+                JobEvent::Failed(e) => panic!("{e}"),
+                JobEvent::Started { .. } => {}
+            }
+        }
+        worker.join().unwrap();
+        (progress, pcm)
+    };
+    let (serial_progress, serial) = run(1);
+    let (together_progress, together) = run(4);
+    let jumps = |p: &[usize]| p.windows(2).filter(|w| w[1] > w[0] + 1).count();
+    assert_eq!(jumps(&serial_progress), 0, "{serial_progress:?}");
+    assert!(jumps(&together_progress) > 0, "{together_progress:?}");
+    assert_eq!(serial_progress.last(), together_progress.last());
+    assert_eq!(together, serial);
 }
