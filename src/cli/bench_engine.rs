@@ -1,6 +1,6 @@
-//! `voxtral-tts bench` on a family other than Voxtral TTS (Qwen3-TTS), through the engine
-//! interface, as the server's worker drives it: first audio (prefill, one frame and its
-//! decode), the batched step at each `--batch` size, the decoder's time per frame, and the
+//! `voxtral-tts bench` on a family other than Voxtral TTS (Qwen3-TTS, XTTS-v2), through the
+//! engine interface, as the server's worker drives it: first audio (prefill, then frames
+//! until their decode gives samples), the batched step at each `--batch` size, the decoder's time per frame, and the
 //! weight-read floor of a frame.
 
 use super::bench::{read_bandwidth, BenchArgs};
@@ -112,14 +112,23 @@ impl WithEngine for Timed<'_> {
             engine.decode(&warm, 0)?;
         }
 
-        // First audio: the prefill, one frame and its decode, as a streamed request.
+        // First audio: the prefill, then frame by frame, each decoded as a streamed request
+        // is, until a decode gives samples (a decoder with right context, as XTTS-v2's
+        // HiFi-GAN stream, needs a few frames).
         let started = Instant::now();
         let mut first = engine.start_session(&speech, 0)?;
         let prefill = started.elapsed();
-        engine.step(&mut [&mut first])?;
-        engine.decode(&first, 0)?;
+        let mut decoded = 0;
+        loop {
+            engine.step(&mut [&mut first])?;
+            let pcm = engine.decode(&first, decoded)?;
+            decoded = first.codes().len();
+            if !pcm.is_empty() || first.stop_reason().is_some() {
+                break;
+            }
+        }
         println!(
-            "first      {:.0} ms to the first audio (prefill {:.0} ms of {} prompt tokens)",
+            "first      {:.0} ms to the first audio ({decoded} frames; prefill {:.0} ms of {} prompt tokens)",
             ms(started.elapsed()),
             ms(prefill),
             first.prompt_ids().len()

@@ -1,8 +1,14 @@
 //! `voxtral-tts synth` and `voxtral-tts voices`.
 
+use crate::audio::input::{decode_to_rate, DecodeLimits};
 use crate::audio::{encode_audio, AudioFormat};
 use crate::device::DeviceChoice;
-use crate::engine::{prepare_speech, Conditioning, EngineOptions, Sampling, SpeechInput};
+use crate::engine::{
+    prepare_speech, Conditioning, CustomVoice, EngineOptions, Sampling, SpeechInput,
+};
+use crate::scheduler::voice_encoding::{
+    start_voice_encoding, VoiceEncoderState, VoiceEncodingJob, VoiceEncodingSettings,
+};
 use crate::scheduler::{
     start_worker, EngineState, JobEvent, JobOptions, JobQueue, JobSummary, LoadedModel,
     StreamSettings, WorkerSettings,
@@ -14,17 +20,31 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::oneshot;
+
+/// Limits of a `--reference-audio` file: those of the server's defaults would do, but a
+/// local file may be longer; cloning reads at most 30 s of it anyway.
+const MAX_REFERENCE_BYTES: usize = 200 << 20;
+const MAX_REFERENCE_DURATION: Duration = Duration::from_secs(600);
 
 #[derive(clap::Args)]
 pub struct SynthArgs {
-    /// Model folder of any speaking family (Voxtral TTS, Qwen3-TTS).
+    /// Model folder of any speaking family (Voxtral TTS, Qwen3-TTS, XTTS-v2).
     #[arg(long)]
     model: PathBuf,
     /// Preset voice name or OpenAI voice name (see `voxtral-tts voices`); any name for a
     /// voice-design model.
-    #[arg(long)]
-    voice: String,
+    #[arg(long, required_unless_present = "reference_audio")]
+    voice: Option<String>,
+    /// Clone the voice of these clips instead (a cloning model: Qwen3-TTS Base takes one,
+    /// XTTS-v2 averages several); any format the server accepts. Repeat for several clips.
+    #[arg(long, conflicts_with = "voice")]
+    reference_audio: Vec<PathBuf>,
+    /// The reference clip's transcript, for in-context cloning (Qwen3-TTS Base).
+    #[arg(long, requires = "reference_audio")]
+    reference_text: Option<String>,
     #[arg(long)]
     text: String,
     /// Output WAV file.
@@ -114,16 +134,18 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 pub fn run(args: SynthArgs) -> Result<()> {
     let (queue, model, worker) = start(&args.model, args.device, args.dtype)?;
     let card = &model.card;
-    let voice = if card.voice_design {
-        args.voice
-    } else {
-        match voice_catalog::resolve(&args.voice, card) {
+    let custom_voice = match args.voice {
+        Some(_) => None,
+        None => Some(Arc::new(clone_voice(&args)?)),
+    };
+    let voice = match (&args.voice, &custom_voice) {
+        (_, Some(custom)) => custom.id.clone(),
+        (Some(voice), None) if card.voice_design => voice.clone(),
+        (Some(voice), None) => match voice_catalog::resolve(voice, card) {
             Some(preset) => preset.to_string(),
-            None => bail!(
-                "{}",
-                voice_catalog::unknown_voice_message(&args.voice, card)
-            ),
-        }
+            None => bail!("{}", voice_catalog::unknown_voice_message(voice, card)),
+        },
+        (None, None) => unreachable!("clap requires --voice or --reference-audio"),
     };
     if let Some(t) = args.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
         bail!("--temperature must be between 0 and 2; got {t}");
@@ -135,7 +157,7 @@ pub fn run(args: SynthArgs) -> Result<()> {
         conditioning: Conditioning {
             language: args.language,
             instructions: args.instructions,
-            custom_voice: None,
+            custom_voice,
         },
         max_frames: args.max_frames.unwrap_or(card.max_frames),
         sampling: Sampling {
@@ -178,6 +200,61 @@ pub fn run(args: SynthArgs) -> Result<()> {
         args.output.display()
     );
     Ok(())
+}
+
+/// The voice of `--reference-audio`, computed by the model's voice encoder on its own
+/// thread, as `POST /v1/audio/voices` computes it (not stored).
+fn clone_voice(args: &SynthArgs) -> Result<CustomVoice> {
+    let (queue, mut state, thread) = start_voice_encoding(VoiceEncodingSettings {
+        model_id: "synth".into(),
+        model_dir: args.model.clone(),
+        device: args.device,
+        dtype: args.dtype,
+        threads: 0,
+    })?;
+    let rt = runtime()?;
+    let ready = rt
+        .block_on(state.wait_for(|s| !matches!(s, VoiceEncoderState::Loading)))?
+        .clone();
+    let sample_rate = match ready {
+        VoiceEncoderState::Ready { sample_rate } => sample_rate,
+        VoiceEncoderState::NotCloning => {
+            bail!("{} cannot clone voices", args.model.display())
+        }
+        VoiceEncoderState::Failed(message) => bail!("loading the voice encoder: {message}"),
+        VoiceEncoderState::Loading => unreachable!("waited for the end of loading"),
+    };
+    let limits = DecodeLimits::new(MAX_REFERENCE_BYTES, MAX_REFERENCE_DURATION);
+    let clips = args
+        .reference_audio
+        .iter()
+        .map(|path| {
+            let bytes =
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            let audio = decode_to_rate(&bytes, sample_rate, &limits)
+                .with_context(|| format!("decoding {}", path.display()))?;
+            Ok(audio.samples)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let (reply, done) = oneshot::channel();
+    queue
+        .try_submit(VoiceEncodingJob {
+            clips,
+            transcript: args.reference_text.clone(),
+            reply,
+        })
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let tensors = rt
+        .block_on(done)
+        .context("the voice encoder stopped")?
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    drop(queue);
+    let _ = thread.join();
+    Ok(CustomVoice {
+        id: "reference".into(),
+        transcript: args.reference_text.clone(),
+        tensors,
+    })
 }
 
 /// The job's audio and summary, with a progress bar of frames generated.

@@ -39,7 +39,7 @@ pub struct TranscribeArgs {
 pub fn run(args: TranscribeArgs) -> Result<()> {
     match detect_family(&args.model)? {
         Family::VoxtralRealtime => {}
-        Family::VoxtralTts | Family::Qwen3Tts => bail!(
+        Family::VoxtralTts | Family::Qwen3Tts | Family::Xtts => bail!(
             "{} is a text-to-speech model folder; transcribe needs a Voxtral Realtime one",
             args.model.display()
         ),

@@ -20,6 +20,7 @@ use serde_json::Value;
 use std::path::Path;
 use voxtral_tts::params::Config;
 use voxtral_tts::Voxtral;
+use xtts::voice_encoder::XttsVoiceEncoder;
 
 /// The model families this server can load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +36,9 @@ pub enum Family {
     /// `model_type: qwen3_tts`, model.safetensors, vocab.json + merges.txt,
     /// speech_tokenizer/.
     Qwen3Tts,
+    /// Coqui's XTTS-v2: config.json with `model: xtts`, vocab.json, and the safetensors that
+    /// `voxtral-tts convert` writes from model.pth (and speakers_xtts.pth).
+    Xtts,
 }
 
 /// A model folder's configuration file and the family it names, read once (the folder may be
@@ -47,20 +51,10 @@ struct FolderConfig {
 }
 
 impl FolderConfig {
-    /// Folders of families that are known but not served yet, and folders of no known family,
-    /// get an error that says which.
+    /// Folders of no known family get an error that says so.
     fn read(dir: &Path) -> Result<FolderConfig, LoadError> {
         let params = dir.join("params.json");
         let config = dir.join("config.json");
-        let unsupported = |file: &Path, family: &str| {
-            LoadError::invalid(
-                file.display().to_string(),
-                "(family)",
-                format!(
-                    "this is a {family} model folder; this server does not serve that family yet"
-                ),
-            )
-        };
         if params.exists() {
             let (text, json) = read_json(&params)?;
             let multimodal = &json["multimodal"];
@@ -94,7 +88,11 @@ impl FolderConfig {
                 });
             }
             if json["model"] == "xtts" {
-                return Err(unsupported(&config, "XTTS-v2"));
+                return Ok(FolderConfig {
+                    family: Family::Xtts,
+                    text,
+                    file: config.display().to_string(),
+                });
             }
         }
         Err(LoadError::invalid(
@@ -141,6 +139,10 @@ pub fn load_tts<T: Tensor, W: WithEngine>(
             let engine = qwen3_tts::Qwen3Engine::<T>::load(dir, device, dtype, &options)?;
             Ok(with.run(engine))
         }
+        Family::Xtts => {
+            let engine = xtts::XttsEngine::<T>::load(dir, device, dtype, &options)?;
+            Ok(with.run(engine))
+        }
         Family::VoxtralRealtime => Err(LoadError::invalid(
             folder.file,
             "(family)",
@@ -151,7 +153,8 @@ pub fn load_tts<T: Tensor, W: WithEngine>(
 }
 
 /// The voice encoder of a cloning model folder (`Ok(None)` for families and variants that do
-/// not clone: Voxtral, Qwen3-TTS CustomVoice and VoiceDesign), loaded on `device`; it runs on
+/// not clone: Voxtral, Qwen3-TTS CustomVoice and VoiceDesign, an XTTS-v2 checkpoint without
+/// its speaker encoder), loaded on `device`; it runs on
 /// the thread that loads it (`scheduler::voice_encoding`).
 pub fn load_voice_encoder<'a, T: Tensor + 'a>(
     dir: &Path,
@@ -161,6 +164,10 @@ pub fn load_voice_encoder<'a, T: Tensor + 'a>(
     match detect_family(dir)? {
         Family::Qwen3Tts => {
             let encoder = Qwen3VoiceEncoder::<T>::load(dir, device, dtype)?;
+            Ok(encoder.map(|e| Box::new(e) as Box<dyn VoiceEncoder + 'a>))
+        }
+        Family::Xtts => {
+            let encoder = XttsVoiceEncoder::<T>::load(dir, device, dtype)?;
             Ok(encoder.map(|e| Box::new(e) as Box<dyn VoiceEncoder + 'a>))
         }
         Family::VoxtralTts | Family::VoxtralRealtime => Ok(None),
@@ -198,8 +205,8 @@ mod tests {
         assert_eq!(family(stt.path()).unwrap(), Family::VoxtralRealtime);
         let qwen = folder(&[("config.json", r#"{"model_type": "qwen3_tts"}"#)]);
         assert_eq!(family(qwen.path()).unwrap(), Family::Qwen3Tts);
-        let xtts = error(&[("config.json", r#"{"model": "xtts"}"#)]);
-        assert!(xtts.contains("XTTS-v2"), "{xtts}");
+        let xtts = folder(&[("config.json", r#"{"model": "xtts"}"#)]);
+        assert_eq!(family(xtts.path()).unwrap(), Family::Xtts);
         let other = error(&[("config.json", r#"{"model_type": "bert"}"#)]);
         assert!(other.contains("no model of a known family"), "{other}");
         assert!(error(&[]).contains("params.json"));

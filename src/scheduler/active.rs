@@ -1,11 +1,13 @@
 //! One admitted job as the batching loop advances it: the segments still to speak, the
-//! session of the current one, and how much of its audio has gone out.
+//! session of the current one (and of later ones started ahead in spare slots), and how much
+//! of its audio has gone out.
 
 use super::job::{JobEvent, JobSummary, SegmentCodes, SpeechJob};
 use super::worker::StreamSettings;
 use super::ModelMetrics;
 use crate::audio::join::{fade_samples, SegmentJoiner};
 use crate::engine::{EngineError, SpeechSession, StopReason, TextToSpeech};
+use std::collections::VecDeque;
 use std::time::Instant;
 
 /// How a job ended when nothing failed.
@@ -24,6 +26,9 @@ pub(super) struct ActiveJob<'m, E: TextToSpeech + 'm> {
     /// The current segment's session; between segments, none (its KV slot is given back
     /// before the next one takes one).
     session: Option<E::Session<'m>>,
+    /// Sessions of the segments after the current one, started early in slots nobody queued
+    /// for: they generate in the same batch steps, and their audio goes out in order.
+    ahead: VecDeque<E::Session<'m>>,
     /// Frames of the current segment already counted / already decoded and sent.
     seen: usize,
     decoded: usize,
@@ -65,6 +70,7 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
             metrics,
             segment: 0,
             session: Some(session),
+            ahead: VecDeque::new(),
             seen: 0,
             decoded: 0,
             next_chunk: streaming.first_chunk_frames.max(1),
@@ -78,10 +84,23 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
         })
     }
 
-    pub fn session(&mut self) -> &mut E::Session<'m> {
-        self.session
-            .as_mut()
-            .expect("a job runs a session until it ends")
+    /// Every session of the job that a batch step advances: the current one, then those
+    /// started ahead.
+    pub fn sessions(&mut self) -> impl Iterator<Item = &mut E::Session<'m>> {
+        self.session.iter_mut().chain(self.ahead.iter_mut())
+    }
+
+    /// Starts the next segment not yet started, in a free slot; false when every segment
+    /// has one.
+    pub fn start_ahead(&mut self, engine: &'m E) -> Result<bool, EngineError> {
+        let next = self.segment + 1 + self.ahead.len();
+        if next >= self.job.speech.segments.len() {
+            return Ok(false);
+        }
+        let session = engine.start_session(&self.job.speech, next)?;
+        self.prompt_tokens += session.prompt_ids().len();
+        self.ahead.push_back(session);
+        Ok(true)
     }
 
     fn current(&self) -> &E::Session<'m> {
@@ -133,8 +152,14 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
         }
         self.segment += 1;
         self.session = None;
-        let session = engine.start_session(&self.job.speech, self.segment)?;
-        self.prompt_tokens += session.prompt_ids().len();
+        let session = match self.ahead.pop_front() {
+            Some(session) => session,
+            None => {
+                let session = engine.start_session(&self.job.speech, self.segment)?;
+                self.prompt_tokens += session.prompt_ids().len();
+                session
+            }
+        };
         self.session = Some(session);
         self.seen = 0;
         self.decoded = 0;

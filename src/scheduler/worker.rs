@@ -266,7 +266,39 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
                 }
             }
         }
+        self.start_segments_ahead();
         true
+    }
+
+    /// Slots that no queued job took go to the later segments of running jobs, one job at a
+    /// time in turn, so that a long text's sentences generate together (as Auralis does)
+    /// rather than one after another. Queued jobs come first: this runs after admission.
+    fn start_segments_ahead(&mut self) {
+        let (engine, metrics) = (self.engine, self.metrics);
+        loop {
+            let mut started = false;
+            let mut failed = Vec::new();
+            for (i, active) in self.active.iter_mut().enumerate() {
+                if engine.free_slots() == 0 {
+                    break;
+                }
+                match catch_unwind(AssertUnwindSafe(|| active.start_ahead(engine))) {
+                    Ok(Ok(more)) => started |= more,
+                    Ok(Err(e)) => failed.push((i, JobError::Engine(e), "failed")),
+                    Err(panic) => {
+                        let message = panic_message(&*panic);
+                        failed.push((i, JobError::Panicked(message), "panicked"));
+                    }
+                }
+            }
+            for (i, error, outcome) in failed.into_iter().rev() {
+                let active = self.active.remove(i);
+                fail(metrics, &active.job, error, outcome);
+            }
+            if !started || engine.free_slots() == 0 {
+                return;
+            }
+        }
     }
 
     /// One frame for every running job, then each job's own work: audio out, next segment,
@@ -277,7 +309,7 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
         }
         let (engine, metrics) = (self.engine, self.metrics);
         let stepped = catch_unwind(AssertUnwindSafe(|| {
-            let mut batch: Vec<_> = self.active.iter_mut().map(|a| a.session()).collect();
+            let mut batch: Vec<_> = self.active.iter_mut().flat_map(|a| a.sessions()).collect();
             engine.step(&mut batch)
         }));
         // The batch's caches may be half-written: every job in it fails; the model itself

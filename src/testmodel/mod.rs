@@ -22,7 +22,10 @@ pub use qwen3_tts::{
 #[cfg(test)]
 pub(crate) use tekken::generated as generated_tekken;
 pub use tekken::write_test_tekken;
-pub use xtts::{make_test_model as make_xtts_test_model, XttsPreset};
+pub use xtts::{
+    make_test_model as make_xtts_test_model, write_gpt_checkpoint as write_xtts_gpt_checkpoint,
+    XttsPreset, STUDIO_VOICES as XTTS_STUDIO_VOICES,
+};
 pub use xtts_vocab::xtts_vocab_json;
 
 use crate::models::voxtral_tts::params::{Config, ModelArgs};
@@ -650,6 +653,13 @@ impl Preset {
 pub fn cached_test_model(preset: Preset, seed: u64) -> Result<PathBuf> {
     cached_folder(&preset.name(), seed, "consolidated.safetensors", |dir| {
         make_test_model(dir, preset, seed)
+    })
+}
+
+/// The `xtts-tiny` folder under `target/test-models/`, made on first use.
+pub fn cached_xtts_test_model(seed: u64) -> Result<PathBuf> {
+    cached_folder("xtts-tiny", seed, "model.safetensors", |dir| {
+        make_xtts_test_model(dir, XttsPreset::Tiny, seed)
     })
 }
 

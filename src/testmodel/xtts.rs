@@ -1,17 +1,25 @@
 //! XTTS-v2 random checkpoints in the folder layout `voxtral-tts convert` leaves
-//! (`make-test-model --preset xtts-tiny`): the published `config.json` with the GPT shrunk
-//! (every field name, audio token id, sample rate and inference default stays), a small BPE
-//! `vocab.json` in the published format (the `[STOP]`/`[UNK]`/`[SPACE]`/`[START]` specials and
-//! the 17 language tags), and an f32 `model.safetensors` under the state dict's key names
-//! (docs/xtts-v2-spec.md §2).
+//! (`make-test-model --preset xtts-tiny` or `xtts-full`): the published `config.json` with the
+//! preset's GPT (every field name, audio token id, sample rate and inference default stays), a
+//! small BPE `vocab.json` in the published format (the `[STOP]`/`[UNK]`/`[SPACE]`/`[START]`
+//! specials and the 17 language tags), an f32 `model.safetensors` under the state dict's key
+//! names (docs/xtts-v2-spec.md §2) and a `speakers.safetensors` of two studio voices.
 //!
 //! Scales keep activations O(1), and the stop code's row of `mel_head` is wider than the
 //! others so that its logit tops the 1025 others now and then: greedy decoding stops by itself
 //! well before the length cap, as with the real model.
 
-use super::{write_safetensors, Init, Spec, Stored};
+use super::xtts_vocoder::{
+    sized_hifigan_decoder_tensors, GeneratedTensor, VocoderDims,
+    EMBEDDING as SPEAKER_EMBEDDING_WIDTH,
+};
+use super::{rng_for, write_safetensors, Init, Spec, Stored};
+use crate::nn::safetensors_writer::{self, TensorSpec};
 use anyhow::{Context, Result};
+use rand::Rng;
+use safetensors::Dtype;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::path::Path;
 
 /// The published `config.json` (coqui/XTTS-v2), whose field names the tiny one keeps.
@@ -19,17 +27,54 @@ const PUBLISHED_CONFIG: &str = include_str!("../../tests/data/xtts/config.json")
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum XttsPreset {
-    /// XTTS-v2 with a 2-layer, 64-wide GPT (4 heads); the perceiver keeps its 8 heads of 64.
+    /// XTTS-v2 with a 2-layer, 64-wide GPT (4 heads); the perceiver keeps its 8 heads of 64;
+    /// a HiFi-GAN and speaker encoder of tiny widths. A few MB, served by the tests.
     #[value(name = "xtts-tiny")]
     Tiny,
+    /// The published sizes (30 layers, 1024 wide, 16 heads, 605 audio tokens, the published
+    /// HiFi-GAN and speaker encoder), random: 1.9 GB, for benchmarks.
+    #[value(name = "xtts-full")]
+    Full,
 }
 
-/// The GPT sizes of the tiny preset.
-const LAYERS: usize = 2;
+/// A preset's sizes.
+struct Dims {
+    layers: usize,
+    width: usize,
+    heads: usize,
+    /// Codes the GPT may generate are `gpt_max_audio_tokens - 3`.
+    max_audio_tokens: usize,
+    /// Rows of the text embedding (`gpt_number_text_tokens`); the vocabulary's size when
+    /// `None`.
+    text_tokens: Option<usize>,
+    vocoder: VocoderDims,
+}
+
+impl XttsPreset {
+    fn dims(self) -> Dims {
+        match self {
+            XttsPreset::Tiny => Dims {
+                layers: 2,
+                width: WIDTH,
+                heads: 4,
+                max_audio_tokens: 48,
+                text_tokens: None,
+                vocoder: VocoderDims::TINY,
+            },
+            XttsPreset::Full => Dims {
+                layers: 30,
+                width: 1024,
+                heads: 16,
+                max_audio_tokens: 605,
+                text_tokens: Some(6681),
+                vocoder: VocoderDims::PUBLISHED,
+            },
+        }
+    }
+}
+
+/// The tiny GPT's width.
 const WIDTH: usize = 64;
-const HEADS: usize = 4;
-/// Codes the GPT may generate are `gpt_max_audio_tokens - 3` (45 here, 602 in the real one).
-const MAX_AUDIO_TOKENS: usize = 48;
 
 /// How much wider the stop code's `mel_head` row is than the others.
 const STOP_ROW_GAIN: f32 = 2.2;
@@ -79,15 +124,15 @@ fn set(value: &mut Value, pointer: &str, new: Value) -> Result<()> {
     Ok(())
 }
 
-/// The published config with the tiny GPT and this vocabulary's size.
-fn tiny_config(text_tokens: usize) -> Result<Value> {
+/// The published config with the preset's GPT and `text_tokens` text ids.
+fn preset_config(d: &Dims, text_tokens: usize) -> Result<Value> {
     let mut config: Value = serde_json::from_str(PUBLISHED_CONFIG)?;
     for (key, value) in [
-        ("gpt_layers", json!(LAYERS)),
-        ("gpt_n_model_channels", json!(WIDTH)),
-        ("gpt_n_heads", json!(HEADS)),
-        ("decoder_input_dim", json!(WIDTH)),
-        ("gpt_max_audio_tokens", json!(MAX_AUDIO_TOKENS)),
+        ("gpt_layers", json!(d.layers)),
+        ("gpt_n_model_channels", json!(d.width)),
+        ("gpt_n_heads", json!(d.heads)),
+        ("decoder_input_dim", json!(d.width)),
+        ("gpt_max_audio_tokens", json!(d.max_audio_tokens)),
         ("gpt_number_text_tokens", json!(text_tokens)),
     ] {
         set(&mut config, &format!("/model_args/{key}"), value)?;
@@ -186,11 +231,11 @@ impl Tensors {
 
 /// The GPT half of the state dict: the GPT-2 core, its embeddings, position tables, norms and
 /// heads, the conditioning encoder, the perceiver and `mel_stats`.
-fn gpt_specs(text_tokens: usize) -> Vec<Spec> {
-    let d = WIDTH;
+fn gpt_specs(dims: &Dims, text_tokens: usize) -> Vec<Spec> {
+    let d = dims.width;
     let audio_tokens = 1026;
     let mut t = Tensors::default();
-    for layer in 0..LAYERS {
+    for layer in 0..dims.layers {
         let p = format!("gpt.gpt.h.{layer}");
         t.layer_norm(&format!("{p}.ln_1"), d);
         t.conv1d_hf(&format!("{p}.attn.c_attn"), d, 3 * d);
@@ -218,7 +263,7 @@ fn gpt_specs(text_tokens: usize) -> Vec<Spec> {
     );
     t.add(
         "gpt.mel_pos_embedding.emb.weight".into(),
-        &[MAX_AUDIO_TOKENS + 3, d],
+        &[dims.max_audio_tokens + 3, d],
         EMBEDDING,
     );
     t.layer_norm("gpt.final_norm", d);
@@ -261,11 +306,99 @@ fn gpt_specs(text_tokens: usize) -> Vec<Spec> {
     t.0
 }
 
-/// Every tensor of `model.safetensors`.
-fn model_specs(text_tokens: usize) -> Vec<Spec> {
-    // The vocoder and speaker encoder (`hifigan_decoder.*`) are appended here by their own
-    // generator; until then the folder holds the GPT half only.
-    gpt_specs(text_tokens)
+/// The studio voices of the tiny folder's `speakers.safetensors`: two names of the published
+/// file, so that OpenAI's `alloy` and `echo` select them.
+pub const STUDIO_VOICES: [&str; 2] = ["Claribel Dervla", "Viktor Eka"];
+
+/// A spec's values as [`write_safetensors`] draws them (one stream per key), as f32 bytes.
+fn drawn(spec: &Spec, seed: u64) -> Vec<u8> {
+    let mut rng = rng_for(seed, &spec.key);
+    let n: usize = spec.shape.iter().product();
+    (0..n)
+        .flat_map(|i| {
+            let (center, spread) = spec.init.range(i);
+            (center + spread * (rng.random::<f32>() * 2.0 - 1.0)).to_le_bytes()
+        })
+        .collect()
+}
+
+/// A tensor of a written file: drawn from its spec when written (the published size does not
+/// fit in memory comfortably), or already made.
+enum Source {
+    Drawn(Spec),
+    Made(GeneratedTensor),
+}
+
+fn write_tensors(path: &Path, tensors: &[Source], seed: u64) -> Result<()> {
+    let specs: Vec<TensorSpec> = tensors
+        .iter()
+        .map(|t| match t {
+            Source::Drawn(s) => TensorSpec {
+                key: s.key.clone(),
+                dtype: Dtype::F32,
+                shape: s.shape.clone(),
+            },
+            Source::Made(t) => TensorSpec {
+                key: t.key.clone(),
+                dtype: t.dtype,
+                shape: t.shape.clone(),
+            },
+        })
+        .collect();
+    safetensors_writer::write_safetensors(
+        path,
+        &specs,
+        &HashMap::new(),
+        |i| {
+            Ok(match &tensors[i] {
+                Source::Drawn(spec) => drawn(spec, seed),
+                Source::Made(t) => t.bytes.clone(),
+            })
+        },
+        &indicatif::ProgressBar::hidden(),
+    )
+}
+
+/// `speakers.safetensors` as `voxtral-tts convert` writes it: per voice a conditioning
+/// latent `[1, 32, width]` and a unit-norm speaker embedding `[1, 512, 1]`.
+fn studio_voices(width: usize, seed: u64) -> Vec<GeneratedTensor> {
+    let f32_bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let mut tensors = Vec::new();
+    for name in STUDIO_VOICES {
+        let mut rng = rng_for(seed, name);
+        let mut draw =
+            |n: usize| -> Vec<f32> { (0..n).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect() };
+        let latent = draw(LATENTS * width);
+        let mut embedding = draw(SPEAKER_EMBEDDING_WIDTH);
+        let norm = embedding.iter().map(|x| x * x).sum::<f32>().sqrt();
+        embedding.iter_mut().for_each(|x| *x /= norm);
+        tensors.push(GeneratedTensor {
+            key: format!("{name}.gpt_cond_latent"),
+            dtype: Dtype::F32,
+            shape: vec![1, LATENTS, width],
+            bytes: f32_bytes(&latent),
+        });
+        tensors.push(GeneratedTensor {
+            key: format!("{name}.speaker_embedding"),
+            dtype: Dtype::F32,
+            shape: vec![1, SPEAKER_EMBEDDING_WIDTH, 1],
+            bytes: f32_bytes(&embedding),
+        });
+    }
+    tensors
+}
+
+/// The GPT half alone, as the GPT goldens (tools/goldens/xtts/make_goldens.py) were made
+/// from it: coqui-tts cannot load the tiny vocoder's widths.
+pub fn write_gpt_checkpoint(path: &Path, seed: u64) -> Result<()> {
+    let (_, text_tokens) = tiny_vocab();
+    write_safetensors(
+        path,
+        &gpt_specs(&XttsPreset::Tiny.dims(), text_tokens),
+        seed,
+        Stored::F32,
+        &indicatif::ProgressBar::hidden(),
+    )
 }
 
 fn write_json(path: &Path, value: &Value) -> Result<()> {
@@ -273,19 +406,33 @@ fn write_json(path: &Path, value: &Value) -> Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
-/// Writes a random XTTS-v2 folder to `out`; `model.safetensors` comes last.
-pub fn make_test_model(out: &Path, _preset: XttsPreset, seed: u64) -> Result<()> {
+/// Writes a random XTTS-v2 folder to `out`, ready to serve: the GPT half, a HiFi-GAN and
+/// speaker encoder, and two studio voices. `model.safetensors` comes last.
+pub fn make_test_model(out: &Path, preset: XttsPreset, seed: u64) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let (vocab, text_tokens) = tiny_vocab();
-    write_json(&out.join("config.json"), &tiny_config(text_tokens)?)?;
+    let dims = preset.dims();
+    let (vocab, vocab_size) = tiny_vocab();
+    let text_tokens = dims.text_tokens.unwrap_or(vocab_size).max(vocab_size);
+    write_json(
+        &out.join("config.json"),
+        &preset_config(&dims, text_tokens)?,
+    )?;
     write_json(&out.join("vocab.json"), &vocab)?;
-    write_safetensors(
-        &out.join("model.safetensors"),
-        &model_specs(text_tokens),
-        seed,
-        Stored::F32,
-        &indicatif::ProgressBar::hidden(),
-    )
+    let voices: Vec<Source> = studio_voices(dims.width, seed)
+        .into_iter()
+        .map(Source::Made)
+        .collect();
+    write_tensors(&out.join("speakers.safetensors"), &voices, seed)?;
+    let mut tensors: Vec<Source> = gpt_specs(&dims, text_tokens)
+        .into_iter()
+        .map(Source::Drawn)
+        .collect();
+    tensors.extend(
+        sized_hifigan_decoder_tensors(dims.vocoder, dims.width, seed)
+            .into_iter()
+            .map(Source::Made),
+    );
+    write_tensors(&out.join("model.safetensors"), &tensors, seed)
 }
 
 #[cfg(test)]
@@ -320,7 +467,7 @@ mod tests {
     #[test]
     fn config_keeps_the_published_fields_with_the_tiny_gpt() {
         let (_, size) = tiny_vocab();
-        let config = tiny_config(size).unwrap();
+        let config = preset_config(&XttsPreset::Tiny.dims(), size).unwrap();
         let published: Value = serde_json::from_str(PUBLISHED_CONFIG).unwrap();
         let keys = |v: &Value| -> Vec<String> {
             v.as_object().unwrap().keys().cloned().collect::<Vec<_>>()
@@ -330,7 +477,7 @@ mod tests {
         assert_eq!(config["model_args"]["gpt_n_model_channels"], WIDTH);
         assert_eq!(config["model_args"]["gpt_stop_audio_token"], 1025);
         assert_eq!(config["gpt_cond_len"], 30);
-        let specs = model_specs(size);
+        let specs = gpt_specs(&XttsPreset::Tiny.dims(), size);
         let find = |k: &str| specs.iter().find(|s| s.key == k).map(|s| s.shape.clone());
         assert_eq!(find("gpt.mel_pos_embedding.emb.weight"), Some(vec![51, 64]));
         assert_eq!(

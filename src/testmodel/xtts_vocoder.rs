@@ -16,16 +16,42 @@ use safetensors::Dtype;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-/// HiFi-GAN's first upsampling width (`upsample_initial_channel_decoder`, a default the
-/// reference never overrides), halved by each upsampling.
-const UPSAMPLE_CHANNELS: usize = 512;
+/// The widths of the two networks. The reference hard-codes them ([`VocoderDims::PUBLISHED`]);
+/// the loaders read them from the tensors' shapes, so a served test folder can carry
+/// [`VocoderDims::TINY`] ones (which coqui-tts itself could not load).
+#[derive(Clone, Copy, Debug)]
+pub struct VocoderDims {
+    /// HiFi-GAN's first upsampling width (`upsample_initial_channel_decoder`), halved by each
+    /// upsampling.
+    pub upsample_channels: usize,
+    pub speaker_filters: [usize; 4],
+    pub speaker_blocks: [usize; 4],
+    /// The speaker encoder's attention width.
+    pub speaker_attention: usize,
+}
+
+impl VocoderDims {
+    pub const PUBLISHED: VocoderDims = VocoderDims {
+        upsample_channels: 512,
+        speaker_filters: [32, 64, 128, 256],
+        speaker_blocks: [3, 4, 6, 3],
+        speaker_attention: 128,
+    };
+
+    /// About 0.5 M values: a served test folder of a few MB.
+    pub const TINY: VocoderDims = VocoderDims {
+        upsample_channels: 32,
+        speaker_filters: [8, 8, 16, 16],
+        speaker_blocks: [1, 1, 1, 1],
+        speaker_attention: 16,
+    };
+}
+
 const UPSAMPLE_KERNELS: [usize; 4] = [16, 16, 4, 4];
 const UPSAMPLE_STRIDES: [usize; 4] = [8, 8, 2, 2];
 const RESBLOCK_KERNELS: [usize; 3] = [3, 7, 11];
 /// The speaker embedding's width (`d_vector_dim`).
-const EMBEDDING: usize = 512;
-const SPEAKER_FILTERS: [usize; 4] = [32, 64, 128, 256];
-const SPEAKER_BLOCKS: [usize; 4] = [3, 4, 6, 3];
+pub const EMBEDDING: usize = 512;
 const SPEAKER_MELS: usize = 64;
 const SPEAKER_N_FFT: usize = 512;
 const SPEAKER_WINDOW: usize = 400;
@@ -49,9 +75,9 @@ pub struct GeneratedTensor {
     pub bytes: Vec<u8>,
 }
 
-#[derive(Default)]
 struct Out {
     seed: u64,
+    dims: VocoderDims,
     tensors: Vec<GeneratedTensor>,
 }
 
@@ -65,7 +91,7 @@ impl Out {
         });
     }
 
-    fn random(&mut self, key: String, shape: &[usize], init: Init) {
+    pub(super) fn random(&mut self, key: String, shape: &[usize], init: Init) {
         let mut rng = rng_for(self.seed, &key);
         let n = shape.iter().product();
         let values = (0..n)
@@ -114,9 +140,19 @@ impl Out {
 /// `decoder_input_dim` wide, drawn from `seed` (each tensor from its own stream, by key).
 /// f32, except BatchNorm's `num_batches_tracked` (i64 scalars, as torch saves them).
 pub fn hifigan_decoder_tensors(decoder_input_dim: usize, seed: u64) -> Vec<GeneratedTensor> {
+    sized_hifigan_decoder_tensors(VocoderDims::PUBLISHED, decoder_input_dim, seed)
+}
+
+/// [`hifigan_decoder_tensors`] with the widths `dims`.
+pub fn sized_hifigan_decoder_tensors(
+    dims: VocoderDims,
+    decoder_input_dim: usize,
+    seed: u64,
+) -> Vec<GeneratedTensor> {
     let mut out = Out {
         seed,
-        ..Out::default()
+        dims,
+        tensors: Vec::new(),
     };
     waveform_decoder(&mut out, decoder_input_dim);
     speaker_encoder(&mut out);
@@ -125,9 +161,10 @@ pub fn hifigan_decoder_tensors(decoder_input_dim: usize, seed: u64) -> Vec<Gener
 
 fn waveform_decoder(out: &mut Out, input_dim: usize) {
     let p = "hifigan_decoder.waveform_decoder";
+    let upsample_channels = out.dims.upsample_channels;
     out.conv(
         &format!("{p}.conv_pre"),
-        &[UPSAMPLE_CHANNELS, input_dim, 7],
+        &[upsample_channels, input_dim, 7],
         true,
     );
     let conditioning = |out: &mut Out, key: String, channels: usize| {
@@ -138,9 +175,9 @@ fn waveform_decoder(out: &mut Out, input_dim: usize) {
         );
         out.random(format!("{key}.bias"), &[channels], BIAS);
     };
-    conditioning(out, format!("{p}.cond_layer"), UPSAMPLE_CHANNELS);
+    conditioning(out, format!("{p}.cond_layer"), upsample_channels);
     for (i, (&kernel, _stride)) in UPSAMPLE_KERNELS.iter().zip(UPSAMPLE_STRIDES).enumerate() {
-        let (input, channels) = (UPSAMPLE_CHANNELS >> i, UPSAMPLE_CHANNELS >> (i + 1));
+        let (input, channels) = (upsample_channels >> i, upsample_channels >> (i + 1));
         out.weight_norm_conv(
             &format!("{p}.ups.{i}"),
             &[input, channels, kernel],
@@ -160,16 +197,22 @@ fn waveform_decoder(out: &mut Out, input_dim: usize) {
             }
         }
     }
-    let last = UPSAMPLE_CHANNELS >> UPSAMPLE_KERNELS.len();
+    let last = upsample_channels >> UPSAMPLE_KERNELS.len();
     out.conv(&format!("{p}.conv_post"), &[1, last, 7], false);
 }
 
 fn speaker_encoder(out: &mut Out) {
     let p = "hifigan_decoder.speaker_encoder";
-    out.conv(&format!("{p}.conv1"), &[SPEAKER_FILTERS[0], 1, 3, 3], true);
-    out.batch_norm(&format!("{p}.bn1"), SPEAKER_FILTERS[0]);
-    let mut inplanes = SPEAKER_FILTERS[0];
-    for (l, (&planes, &blocks)) in SPEAKER_FILTERS.iter().zip(&SPEAKER_BLOCKS).enumerate() {
+    let VocoderDims {
+        speaker_filters: filters,
+        speaker_blocks,
+        speaker_attention: attention,
+        ..
+    } = out.dims;
+    out.conv(&format!("{p}.conv1"), &[filters[0], 1, 3, 3], true);
+    out.batch_norm(&format!("{p}.bn1"), filters[0]);
+    let mut inplanes = filters[0];
+    for (l, (&planes, &blocks)) in filters.iter().zip(&speaker_blocks).enumerate() {
         for b in 0..blocks {
             let block = format!("{p}.layer{}.{b}", l + 1);
             let input = if b == 0 { inplanes } else { planes };
@@ -205,10 +248,10 @@ fn speaker_encoder(out: &mut Out) {
         &[SPEAKER_N_FFT / 2 + 1, SPEAKER_MELS],
         htk_filterbank(SPEAKER_N_FFT / 2 + 1, SPEAKER_MELS, SPEAKER_SAMPLE_RATE),
     );
-    let pooled = SPEAKER_FILTERS[3] * SPEAKER_MELS / 8;
-    out.conv(&format!("{p}.attention.0"), &[128, pooled, 1], true);
-    out.batch_norm(&format!("{p}.attention.2"), 128);
-    out.conv(&format!("{p}.attention.3"), &[pooled, 128, 1], true);
+    let pooled = filters[3] * SPEAKER_MELS / 8;
+    out.conv(&format!("{p}.attention.0"), &[attention, pooled, 1], true);
+    out.batch_norm(&format!("{p}.attention.2"), attention);
+    out.conv(&format!("{p}.attention.3"), &[pooled, attention, 1], true);
     out.conv(&format!("{p}.fc"), &[EMBEDDING, 2 * pooled], true);
 }
 

@@ -60,7 +60,44 @@ impl<T: Tensor> Block<T> {
             .transpose(1, 2)
             .reshape(&[1, n, dim]);
         *cache = Some((k, v));
-        let x = x.add(&self.c_proj.forward(&attended));
+        self.finish(x, &attended)
+    }
+
+    /// One new position per row, `x` `[rows, 1, dim]`: the projections and the MLP over
+    /// every row at once (the weights read once), attention per row over its own cache.
+    fn decode_rows(&self, x: &T, caches: &mut [&mut Option<(T, T)>], heads: usize) -> T {
+        let dim = x.shape()[2];
+        let head_dim = dim / heads;
+        let qkv = self.c_attn.forward(&self.ln_1.forward(x));
+        let scale = 1.0 / (head_dim as f64).sqrt();
+        let rows: Vec<T> = caches
+            .iter_mut()
+            .enumerate()
+            .map(|(r, cache)| {
+                let row = qkv.narrow(0, r, 1);
+                let split = |i: usize| {
+                    row.narrow(2, i * dim, dim)
+                        .reshape(&[1, 1, heads, head_dim])
+                        .transpose(1, 2)
+                };
+                let (q, mut k, mut v) = (split(0), split(1), split(2));
+                if let Some((past_k, past_v)) = cache.as_ref() {
+                    k = T::cat(&[past_k, &k], 2);
+                    v = T::cat(&[past_v, &v], 2);
+                }
+                let attended = T::attention(&q, &k, &v, None, false, scale)
+                    .transpose(1, 2)
+                    .reshape(&[1, 1, dim]);
+                **cache = Some((k, v));
+                attended
+            })
+            .collect();
+        self.finish(x, &T::cat(&rows.iter().collect::<Vec<_>>(), 0))
+    }
+
+    /// The attention output's projection and the MLP, both residual.
+    fn finish(&self, x: &T, attended: &T) -> T {
+        let x = x.add(&self.c_proj.forward(attended));
         let mlp = self
             .mlp_proj
             .forward(&gelu_tanh(&self.c_fc.forward(&self.ln_2.forward(&x))));
@@ -78,6 +115,47 @@ pub struct GenerationParams {
     pub repetition_penalty: f32,
     /// Codes at most (the stop code included); `None`: the model's limit.
     pub max_codes: Option<usize>,
+}
+
+/// One sequence being generated: its cache, the hidden state its next code is read from, and
+/// its own sampling state (penalty set, uniform draws, limit), so that sequences of different
+/// requests step together yet pick exactly the codes each would pick alone.
+pub struct GptSequence<T> {
+    cache: GptCache<T>,
+    /// `ln_f` of the last position, `[1, 1, dim]`: the next code's logits come from it.
+    last: T,
+    /// What Hugging Face's input_ids hold: placeholder 1s for the embedded prompt, the start
+    /// code, then every code so far.
+    seen: Vec<u32>,
+    codes: Vec<u32>,
+    /// One `final_norm` latent per code, row-major `[codes, dim]`, on the host.
+    latents: Vec<f32>,
+    params: GenerationParams,
+    max_codes: usize,
+    uniforms: Uniforms,
+    prompt_positions: usize,
+    done: bool,
+}
+
+impl<T> GptSequence<T> {
+    pub fn codes(&self) -> &[u32] {
+        &self.codes
+    }
+
+    /// The latents of every code so far, `[codes, dim]` row-major.
+    pub fn latents(&self) -> &[f32] {
+        &self.latents
+    }
+
+    /// Once it has generated its stop code or reached its limit.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Positions of its prompt: the conditioning latents, `[START] text [STOP]`, the start code.
+    pub fn prompt_positions(&self) -> usize {
+        self.prompt_positions
+    }
 }
 
 /// A finished generation.
@@ -212,15 +290,15 @@ impl<T: Tensor> Gpt<T> {
         Ok(T::cat(&[cond, &text, &start], 1))
     }
 
-    /// Codes and latents for `text` (ids without `[START]`/`[STOP]`) spoken as `cond`.
-    /// `uniforms` feed sampling (one draw per code); greedy draws none.
-    pub fn generate(
+    /// Prefills `text` (ids without `[START]`/`[STOP]`) spoken as `cond`: a sequence ready
+    /// for [`Self::step`]. `uniforms` feed its sampling (one draw per code; greedy draws none).
+    pub fn start(
         &self,
         cond: &T,
         text: &[u32],
         params: &GenerationParams,
-        uniforms: &mut Uniforms,
-    ) -> Result<Generated<T>, GenerateError> {
+        uniforms: Uniforms,
+    ) -> Result<GptSequence<T>, GenerateError> {
         let a = &self.config.args;
         let limit = a.max_codes();
         let max_codes = params.max_codes.unwrap_or(limit);
@@ -233,26 +311,104 @@ impl<T: Tensor> Gpt<T> {
         };
         let hidden = self.forward(&prompt, &mut cache);
         let n = hidden.shape()[1];
-        let mut last = hidden.narrow(1, n - 1, 1);
-        // What Hugging Face's input_ids hold before the first code: placeholder 1s for the
-        // embedded prompt, then the start code.
-        let mut seen = vec![1, a.gpt_start_audio_token];
-        let mut codes = Vec::new();
-        let mut latents = Vec::new();
-        while codes.len() < max_codes {
-            let latent = self.final_norm.forward(&last);
-            let mut scores = self.mel_head.forward(&latent).to_vec_f32();
-            penalize(&mut scores, &seen, params.repetition_penalty);
-            let code = pick(&mut scores, &params.sampling, uniforms)?;
-            codes.push(code);
-            seen.push(code);
-            latents.push(latent);
-            if code == a.gpt_stop_audio_token || codes.len() == max_codes {
-                break;
-            }
-            last = self.forward(&self.audio_input(code, codes.len()), &mut cache);
+        Ok(GptSequence {
+            cache,
+            last: hidden.narrow(1, n - 1, 1),
+            seen: vec![1, a.gpt_start_audio_token],
+            codes: Vec::new(),
+            latents: Vec::new(),
+            params: *params,
+            max_codes,
+            uniforms,
+            prompt_positions: n,
+            done: false,
+        })
+    }
+
+    /// One code for every running sequence of `batch`, together: the heads over all rows,
+    /// each row's code picked with its own penalty set and draws, then one GPT pass over the
+    /// new codes of the rows that go on. Done sequences are skipped.
+    pub fn step(&self, batch: &mut [&mut GptSequence<T>]) -> Result<(), GenerateError> {
+        let mut running: Vec<&mut GptSequence<T>> = batch
+            .iter_mut()
+            .filter(|s| !s.done)
+            .map(|s| &mut **s)
+            .collect();
+        if running.is_empty() {
+            return Ok(());
         }
-        let latents = T::cat(&latents.iter().collect::<Vec<_>>(), 1);
-        Ok(Generated { codes, latents })
+        let a = &self.config.args;
+        let lasts: Vec<&T> = running.iter().map(|s| &s.last).collect();
+        let latents = self.final_norm.forward(&T::cat(&lasts, 0));
+        let scores = self.mel_head.forward(&latents).to_vec_f32();
+        let latents = latents.to_vec_f32();
+        let (vocab, dim) = (a.gpt_num_audio_tokens, a.gpt_n_model_channels);
+        for (r, s) in running.iter_mut().enumerate() {
+            let mut row = scores[r * vocab..(r + 1) * vocab].to_vec();
+            penalize(&mut row, &s.seen, s.params.repetition_penalty);
+            let code = pick(&mut row, &s.params.sampling, &mut s.uniforms)?;
+            s.codes.push(code);
+            s.seen.push(code);
+            s.latents
+                .extend_from_slice(&latents[r * dim..(r + 1) * dim]);
+            s.done = code == a.gpt_stop_audio_token || s.codes.len() == s.max_codes;
+        }
+        running.retain(|s| !s.done);
+        if running.is_empty() {
+            return Ok(());
+        }
+        let codes: Vec<i64> = running
+            .iter()
+            .map(|s| i64::from(*s.codes.last().expect("a code was just picked")))
+            .collect();
+        let positions: Vec<i64> = running.iter().map(|s| s.codes.len() as i64).collect();
+        let rows = running.len();
+        let x = self
+            .mel_embedding
+            .embedding(&T::from_i64(&self.device, &codes, &[rows, 1]))
+            .add(
+                &self
+                    .mel_positions
+                    .embedding(&T::from_i64(&self.device, &positions, &[rows, 1])),
+            );
+        let heads = a.gpt_n_heads;
+        let mut h = x;
+        for (l, block) in self.blocks.iter().enumerate() {
+            let mut caches: Vec<&mut Option<(T, T)>> =
+                running.iter_mut().map(|s| &mut s.cache.layers[l]).collect();
+            h = block.decode_rows(&h, &mut caches, heads);
+        }
+        let h = self.ln_f.forward(&h);
+        for (r, s) in running.iter_mut().enumerate() {
+            s.last = h.narrow(0, r, 1);
+        }
+        Ok(())
+    }
+
+    /// Codes and latents for `text` (ids without `[START]`/`[STOP]`) spoken as `cond`, one
+    /// sequence alone. `uniforms` feed sampling (one draw per code); greedy draws none.
+    pub fn generate(
+        &self,
+        cond: &T,
+        text: &[u32],
+        params: &GenerationParams,
+        uniforms: &mut Uniforms,
+    ) -> Result<Generated<T>, GenerateError> {
+        let mut sequence = self.start(cond, text, params, uniforms.clone())?;
+        while !sequence.done {
+            self.step(&mut [&mut sequence])?;
+        }
+        *uniforms = sequence.uniforms;
+        let dim = self.config.args.gpt_n_model_channels;
+        let latents = T::from_f32(
+            &self.device,
+            &sequence.latents,
+            &[1, sequence.codes.len(), dim],
+            self.mel_embedding.dtype(),
+        );
+        Ok(Generated {
+            codes: sequence.codes,
+            latents,
+        })
     }
 }

@@ -414,6 +414,11 @@ impl<T: Tensor> HifiGan<T> {
         self.latent_dim
     }
 
+    /// Width of the speaker embedding it is conditioned on.
+    pub fn embedding_dim(&self) -> usize {
+        self.embedding_dim
+    }
+
     /// Output samples per decoder frame.
     pub fn hop(&self) -> usize {
         self.rates.output_hop_length

@@ -20,10 +20,12 @@
 
 use super::hifigan::{Conditioning, HifiGan};
 use crate::tensor::Tensor;
+use std::borrow::Borrow;
 
-pub struct HifiGanStream<'a, T: Tensor> {
+/// `C`: the speaker's conditioning, borrowed, or owned by a session that keeps the stream.
+pub struct HifiGanStream<'a, T: Tensor, C: Borrow<Conditioning<T>> = &'a Conditioning<T>> {
     decoder: &'a HifiGan<T>,
-    cond: &'a Conditioning<T>,
+    cond: C,
     context: usize,
     /// Latents `offset..total`, row-major `[_, D]`: older ones are never read again.
     latents: Vec<f32>,
@@ -33,18 +35,14 @@ pub struct HifiGanStream<'a, T: Tensor> {
     emitted: usize,
 }
 
-impl<'a, T: Tensor> HifiGanStream<'a, T> {
-    pub fn new(decoder: &'a HifiGan<T>, cond: &'a Conditioning<T>) -> Self {
+impl<'a, T: Tensor, C: Borrow<Conditioning<T>>> HifiGanStream<'a, T, C> {
+    pub fn new(decoder: &'a HifiGan<T>, cond: C) -> Self {
         Self::with_context(decoder, cond, decoder.context_frames())
     }
 
     /// A stream whose windows carry `context` frames each side (fewer than
     /// [`HifiGan::context_frames`] gives audible seams; tests measure them).
-    pub fn with_context(
-        decoder: &'a HifiGan<T>,
-        cond: &'a Conditioning<T>,
-        context: usize,
-    ) -> Self {
+    pub fn with_context(decoder: &'a HifiGan<T>, cond: C, context: usize) -> Self {
         HifiGanStream {
             decoder,
             cond,
@@ -93,7 +91,7 @@ impl<'a, T: Tensor> HifiGanStream<'a, T> {
             self.total,
             frames,
             self.context,
-            self.cond,
+            self.cond.borrow(),
         );
         self.emitted = end;
         let keep_from = self

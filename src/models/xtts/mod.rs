@@ -7,10 +7,12 @@
 //! with a bounded-window stream (`hifigan_stream`, §7); the text front end (`text`,
 //! `tokenizer`, §4; what is exact and what is refused: docs/xtts-text.md).
 
+pub mod catalog;
 pub mod checkpoint;
 pub mod cloning_mel;
 pub mod conditioning;
 pub mod convert;
+pub mod engine;
 pub mod folder;
 pub mod gpt;
 pub mod gpt_config;
@@ -21,3 +23,6 @@ pub mod reference_audio;
 pub mod speaker_encoder;
 pub mod text;
 pub mod tokenizer;
+pub mod voice_encoder;
+
+pub use engine::XttsEngine;

@@ -207,9 +207,9 @@ pub async fn create_voice(
             return Err(ApiError::invalid(
                 "model",
                 format!(
-                    "the model '{}' ({}) cannot clone voices; Qwen3-TTS Base models can",
-                    served.id, card.card.family
-                ),
+                "the model '{}' ({}) cannot clone voices; Qwen3-TTS Base and XTTS-v2 models can",
+                served.id, card.card.family
+            ),
             ))
         }
         VoiceEncoderState::Failed(message) => {
