@@ -353,7 +353,7 @@ impl Tensor for MlxTensor {
 
     fn elu(&self) -> Self {
         let negative = check(ops::minimum(&self.array, self.scalar(0.0)));
-        let decay = check(ops::subtract(&check(ops::exp(&negative)), self.scalar(1.0)));
+        let decay = check(ops::subtract(check(ops::exp(&negative)), self.scalar(1.0)));
         let positive = check(ops::maximum(&self.array, self.scalar(0.0)));
         Self::op(ops::add(&positive, &decay))
     }
