@@ -176,7 +176,11 @@ fn samples(rate: u32, ms: u32) -> usize {
 
 /// A frame's RMS level in dB below full scale (1.0); silence is −∞.
 fn level_dbfs(frame: &[f32]) -> f32 {
-    let power = frame.iter().map(|&s| f64::from(s) * f64::from(s)).sum::<f64>() / frame.len() as f64;
+    let power = frame
+        .iter()
+        .map(|&s| f64::from(s) * f64::from(s))
+        .sum::<f64>()
+        / frame.len() as f64;
     (10.0 * power.log10()) as f32
 }
 
@@ -250,7 +254,10 @@ mod tests {
         };
         assert_eq!(strict.level_dbfs(), -20.0);
         let mut vad = VoiceActivity::new(strict, RATE, 0, false);
-        assert!(vad.push(&tone(500, 0.1)).is_empty(), "-23 dBFS is below -20");
+        assert!(
+            vad.push(&tone(500, 0.1)).is_empty(),
+            "-23 dBFS is below -20"
+        );
         assert!(!vad.push(&tone(100, 0.5)).is_empty(), "-9 dBFS is speech");
     }
 

@@ -9,8 +9,8 @@
 //! deltas, then `.completed` with the whole transcript. With `server_vad` turn detection the
 //! server finds the speech (`audio::vad`), sends `input_audio_buffer.speech_started` and
 //! `speech_stopped`, and commits by itself; audio outside speech is dropped. A bad event gets
-//! an `error` event and the session goes on. When the server shuts down, open sessions get an `error` event and
-//! are closed (code 1012); items not completed by then are lost.
+//! an `error` event and the session goes on. When the server shuts down, open sessions get an
+//! `error` event and are closed (code 1012); items not completed by then are lost.
 
 mod events;
 mod session;

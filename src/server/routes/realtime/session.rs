@@ -327,12 +327,13 @@ mod tests {
 
     #[test]
     fn server_vad_takes_openai_s_fields_and_defaults_and_null_turns_it_off() {
-        let ga = |turns: Value| {
-            json!({"type": "transcription", "audio": {"input": {"turn_detection": turns}}})
-        };
+        let ga = |turns: Value| json!({"type": "transcription", "audio": {"input": {"turn_detection": turns}}});
         let base = SessionConfig::new("stt");
         let on = base
-            .updated_ga(&ga(json!({"type": "server_vad", "create_response": true})), "stt")
+            .updated_ga(
+                &ga(json!({"type": "server_vad", "create_response": true})),
+                "stt",
+            )
             .unwrap();
         assert_eq!(on.turn_detection, Some(VadSettings::default()));
         assert_eq!(
@@ -342,7 +343,9 @@ mod tests {
         );
         let tuned = json!({"type": "server_vad", "threshold": 0.25, "prefix_padding_ms": 100,
                            "silence_duration_ms": 800});
-        let tuned = base.updated_beta(&json!({"turn_detection": tuned}), "stt").unwrap();
+        let tuned = base
+            .updated_beta(&json!({"turn_detection": tuned}), "stt")
+            .unwrap();
         assert_eq!(
             tuned.turn_detection,
             Some(VadSettings {
@@ -355,14 +358,20 @@ mod tests {
         let kept = tuned
             .updated_beta(&json!({"input_audio_format": "pcm16"}), "stt")
             .unwrap();
-        assert_eq!(kept.turn_detection, tuned.turn_detection, "left out: unchanged");
+        assert_eq!(
+            kept.turn_detection, tuned.turn_detection,
+            "left out: unchanged"
+        );
         let off = on.updated_ga(&ga(Value::Null), "stt").unwrap();
         assert_eq!(off.turn_detection, None);
         assert_eq!(off.ga()["audio"]["input"]["turn_detection"], Value::Null);
 
         let param = |turns: Value| base.updated_ga(&ga(turns), "stt").unwrap_err().param;
         let at = |field: &str| format!("session.audio.input.turn_detection.{field}");
-        assert_eq!(param(json!({"type": "server_vad", "threshold": 1.5})), at("threshold"));
+        assert_eq!(
+            param(json!({"type": "server_vad", "threshold": 1.5})),
+            at("threshold")
+        );
         assert_eq!(
             param(json!({"type": "server_vad", "silence_duration_ms": -1})),
             at("silence_duration_ms")
@@ -375,7 +384,10 @@ mod tests {
             param(json!({"type": "server_vad", "idle_timeout_ms": 5000})),
             at("idle_timeout_ms")
         );
-        assert_eq!(param(json!("server_vad")), "session.audio.input.turn_detection");
+        assert_eq!(
+            param(json!("server_vad")),
+            "session.audio.input.turn_detection"
+        );
     }
 
     #[test]
