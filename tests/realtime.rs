@@ -166,16 +166,30 @@ fn start(env: &[(&str, &str)]) -> Server {
 }
 
 async fn connect(server: &Server, key: Option<&str>) -> Result<Socket, WsError> {
+    let header = key.map(|key| ("Authorization", format!("Bearer {key}")));
+    Ok(connect_with(server, header).await?.0)
+}
+
+/// Connects with `header` added to the upgrade request; returns the upgrade response too.
+async fn connect_with(
+    server: &Server,
+    header: Option<(&'static str, String)>,
+) -> Result<
+    (
+        Socket,
+        tokio_tungstenite::tungstenite::handshake::client::Response,
+    ),
+    WsError,
+> {
     let url = format!(
         "{}/v1/realtime?intent=transcription",
         server.base.replace("http://", "ws://")
     );
     let mut request = url.into_client_request().unwrap();
-    if let Some(key) = key {
-        let value = format!("Bearer {key}").parse().unwrap();
-        request.headers_mut().insert("Authorization", value);
+    if let Some((name, value)) = header {
+        request.headers_mut().insert(name, value.parse().unwrap());
     }
-    Ok(tokio_tungstenite::connect_async(request).await?.0)
+    tokio_tungstenite::connect_async(request).await
 }
 
 async fn send_event(ws: &mut Socket, event: Value) {
@@ -775,6 +789,24 @@ fn api_keys_apply_to_the_websocket() {
             }
         }
         let mut ws = connect(&server, Some("sesame")).await.unwrap();
+        assert_eq!(
+            next_event(&mut ws).await.unwrap()["type"],
+            "session.created"
+        );
+
+        // A browser sends the key as a subprotocol beside `realtime`, which the server
+        // chooses (the client checks that it was one it asked for).
+        let browser = |key: &str| {
+            let protocols = format!("realtime, openai-insecure-api-key.{key}");
+            connect_with(&server, Some(("Sec-WebSocket-Protocol", protocols)))
+        };
+        match browser("wrong").await {
+            Err(WsError::Http(response)) => assert_eq!(response.status(), 401),
+            Err(e) => panic!("a wrong subprotocol key: {e}"),
+            Ok(_) => panic!("a wrong subprotocol key connected"),
+        }
+        let (mut ws, response) = browser("sesame").await.unwrap();
+        assert_eq!(response.headers()["sec-websocket-protocol"], "realtime");
         assert_eq!(
             next_event(&mut ws).await.unwrap()["type"],
             "session.created"

@@ -64,7 +64,9 @@ const DRAIN_POLL: Duration = Duration::from_millis(250);
 /// null`, the default), or with `turn_detection: {"type": "server_vad"}` an energy detector
 /// finds the speech, sends `input_audio_buffer.speech_started` and `speech_stopped` and
 /// commits. Over `max_realtime_sessions` open sessions, a new one gets an `error` event and
-/// is closed.
+/// is closed. Browsers, which cannot set headers, may send the API key as a subprotocol
+/// (`Sec-WebSocket-Protocol: realtime, openai-insecure-api-key.<KEY>`); the server answers
+/// with `realtime`.
 #[utoipa::path(get, path = "/v1/realtime", tag = "audio", security(("api_key" = [])),
     params(RealtimeQuery),
     responses(
@@ -99,9 +101,13 @@ pub async fn realtime_websocket(
         };
     let card = served.loaded()?;
     let drain = app.drain.clone();
-    Ok(upgrade.on_upgrade(move |socket| async move {
-        Connection::run(socket, served, card.sample_rate, drain).await;
-    }))
+    // Browser clients ask for `realtime` beside the subprotocol that carries their key
+    // (`server::auth`); the handshake fails in the browser unless one is chosen.
+    Ok(upgrade
+        .protocols(["realtime"])
+        .on_upgrade(move |socket| async move {
+            Connection::run(socket, served, card.sample_rate, drain).await;
+        }))
 }
 
 /// Item ids, unique within the process.
