@@ -166,16 +166,30 @@ fn start(env: &[(&str, &str)]) -> Server {
 }
 
 async fn connect(server: &Server, key: Option<&str>) -> Result<Socket, WsError> {
+    let header = key.map(|key| ("Authorization", format!("Bearer {key}")));
+    Ok(connect_with(server, header).await?.0)
+}
+
+/// Connects with `header` added to the upgrade request; returns the upgrade response too.
+async fn connect_with(
+    server: &Server,
+    header: Option<(&'static str, String)>,
+) -> Result<
+    (
+        Socket,
+        tokio_tungstenite::tungstenite::handshake::client::Response,
+    ),
+    WsError,
+> {
     let url = format!(
         "{}/v1/realtime?intent=transcription",
         server.base.replace("http://", "ws://")
     );
     let mut request = url.into_client_request().unwrap();
-    if let Some(key) = key {
-        let value = format!("Bearer {key}").parse().unwrap();
-        request.headers_mut().insert("Authorization", value);
+    if let Some((name, value)) = header {
+        request.headers_mut().insert(name, value.parse().unwrap());
     }
-    Ok(tokio_tungstenite::connect_async(request).await?.0)
+    tokio_tungstenite::connect_async(request).await
 }
 
 async fn send_event(ws: &mut Socket, event: Value) {
@@ -481,6 +495,183 @@ fn clear_drops_the_buffer_and_an_empty_commit_is_an_error() {
     });
 }
 
+/// 24 kHz samples in `ms` milliseconds.
+fn at_24k(ms: usize) -> usize {
+    ms * 24
+}
+
+/// `ms` of a 100 Hz hum at -63 dBFS, well below server_vad's level at the default threshold
+/// (-40 dBFS).
+fn hum(ms: usize) -> Vec<f32> {
+    (0..at_24k(ms))
+        .map(|i| 0.001 * (i as f32 * 100.0 * std::f32::consts::TAU / 24_000.0).sin())
+        .collect()
+}
+
+/// `ms` of white noise (a fixed xorshift sequence) up to `amplitude`.
+fn noise(ms: usize, amplitude: f32) -> Vec<f32> {
+    let mut state = 0x9e37_79b9_u32;
+    (0..at_24k(ms))
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            amplitude * (state as f32 / u32::MAX as f32 * 2.0 - 1.0)
+        })
+        .collect()
+}
+
+/// The events of `item`, in order.
+fn of_item<'a>(events: &'a [Value], item: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["item_id"] == item).collect()
+}
+
+/// With `server_vad` the server finds each burst of a tone or noise between silences and
+/// commits it as its own item: `speech_started`, `speech_stopped`, the commit's events, and a
+/// transcript equal to the offline transcription of the item's audio (the burst, the 300 ms
+/// of padding before it and the 500 ms of quiet that ended it). A client commit during speech
+/// ends the item without `speech_stopped`. Silence and a quiet hum make no item.
+#[test]
+fn server_vad_commits_each_burst_and_ignores_silence() {
+    // f32, as `offline_text` computes: the random checkpoint's tokens change with the
+    // rounding of bf16 activations.
+    let server = start(&[("VOXTRAL_DTYPE", "f32")]);
+    // Milliseconds: hum 0-500, chirp 500-1500, silence 1500-2300, noise 2300-3000, hum
+    // 3000-3800, chirp 3800-4320.
+    let mut audio = hum(500);
+    audio.extend(chirp(at_24k(1000), 24_000, 100.0));
+    audio.extend(vec![0.0; at_24k(800)]);
+    audio.extend(noise(700, 0.3));
+    audio.extend(hum(800));
+    audio.extend(chirp(at_24k(520), 24_000, 300.0));
+    let (pcm, sent) = pcm16(&audio);
+    // Speech starts at the first loud frame less the padding, and stops once 500 ms of quiet
+    // have followed (or at the client's commit).
+    let spans = [(200, 2000), (2000, 3500), (3500, 4320)];
+    let wants: Vec<String> = spans
+        .iter()
+        .map(|&(start, end)| offline_text(&sent[at_24k(start)..at_24k(end)]).0)
+        .collect();
+    assert!(
+        wants.iter().any(|w| !w.is_empty()),
+        "the test checkpoint decodes some text"
+    );
+    let server_vad = json!({"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300,
+                            "silence_duration_ms": 500});
+    let update = json!({"type": "session.update", "session": {"type": "transcription",
+        "audio": {"input": {"turn_detection": server_vad}}}});
+    runtime().block_on(async {
+        let mut ws = connect(&server, None).await.unwrap();
+        events_until(&mut ws, "session.created").await;
+        send_event(&mut ws, update.clone()).await;
+        let updated = events_until(&mut ws, "session.updated").await;
+        let session = &updated.last().unwrap()["session"];
+        assert_eq!(session["audio"]["input"]["turn_detection"], server_vad);
+        let mut quiet = hum(1000);
+        quiet.extend(vec![0.0; at_24k(1000)]);
+        append(&mut ws, &pcm16(&quiet).0, 480).await;
+        send_event(&mut ws, json!({"type": "input_audio_buffer.commit"})).await;
+        let event = next_event(&mut ws).await.unwrap();
+        assert_eq!(
+            event["error"]["code"], "input_audio_buffer_commit_empty",
+            "nothing comes before the commit's error: {event}"
+        );
+        ws.close(None).await.unwrap();
+
+        let mut ws = connect(&server, None).await.unwrap();
+        events_until(&mut ws, "session.created").await;
+        send_event(&mut ws, update).await;
+        events_until(&mut ws, "session.updated").await;
+        append(&mut ws, &pcm[..at_24k(3800)], 480).await;
+        let mut events = Vec::new();
+        for _ in 0..2 {
+            events.extend(
+                events_until(
+                    &mut ws,
+                    "conversation.item.input_audio_transcription.completed",
+                )
+                .await,
+            );
+        }
+        append(&mut ws, &pcm[at_24k(3800)..], 480).await;
+        events.extend(events_until(&mut ws, "input_audio_buffer.speech_started").await);
+        send_event(&mut ws, json!({"type": "input_audio_buffer.commit"})).await;
+        events.extend(
+            events_until(
+                &mut ws,
+                "conversation.item.input_audio_transcription.completed",
+            )
+            .await,
+        );
+
+        let started: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["type"] == "input_audio_buffer.speech_started")
+            .collect();
+        assert_eq!(started.len(), 3, "{events:?}");
+        let mut previous = Value::Null;
+        for (i, ((start, end), want)) in spans.into_iter().zip(&wants).enumerate() {
+            let item = started[i]["item_id"].as_str().unwrap();
+            assert_eq!(started[i]["audio_start_ms"], start, "item {i}");
+            let own = of_item(&events, item);
+            let kinds: Vec<&str> = own
+                .iter()
+                .map(|e| e["type"].as_str().unwrap())
+                .filter(|k| !k.ends_with(".delta"))
+                .collect();
+            let mut expected = vec![
+                "input_audio_buffer.speech_started",
+                "input_audio_buffer.speech_stopped",
+                "input_audio_buffer.committed",
+                "conversation.item.input_audio_transcription.completed",
+            ];
+            if i == 2 {
+                expected.remove(1);
+            } else {
+                let stopped = own
+                    .iter()
+                    .find(|e| e["type"] == "input_audio_buffer.speech_stopped")
+                    .unwrap();
+                assert_eq!(stopped["audio_end_ms"], end, "item {i}: {stopped}");
+            }
+            assert_eq!(kinds, expected, "item {i}");
+            let committed = own
+                .iter()
+                .find(|e| e["type"] == "input_audio_buffer.committed")
+                .unwrap();
+            assert_eq!(committed["previous_item_id"], previous, "item {i}");
+            let added = events
+                .iter()
+                .filter(|e| e["type"] == "conversation.item.added")
+                .nth(i)
+                .unwrap();
+            assert_eq!(added["item"]["id"], item);
+            let completed = own.last().unwrap();
+            assert_eq!(completed["transcript"], want.as_str(), "item {i}");
+            let text: String = own
+                .iter()
+                .filter(|e| e["type"] == "conversation.item.input_audio_transcription.delta")
+                .map(|e| e["delta"].as_str().unwrap())
+                .collect();
+            assert_eq!(&text, want, "item {i}");
+            let seconds = completed["usage"]["seconds"].as_f64().unwrap();
+            let length = (end - start) as f64 / 1000.0;
+            assert!((seconds - length).abs() < 1e-3, "item {i}: {seconds}");
+            previous = json!(item);
+        }
+        eprintln!("server_vad transcripts: {wants:?}");
+
+        // After the items, quiet again makes none.
+        append(&mut ws, &pcm16(&hum(1000)).0, 480).await;
+        send_event(&mut ws, json!({"type": "input_audio_buffer.commit"})).await;
+        let event = next_event(&mut ws).await.unwrap();
+        assert_eq!(
+            event["error"]["code"], "input_audio_buffer_commit_empty",
+            "{event}"
+        );
+    });
+}
+
 /// Each bad event gets an `error` event in OpenAI's shape, naming what is wrong, and the
 /// session goes on.
 #[test]
@@ -508,10 +699,25 @@ fn bad_events_get_error_events_and_the_session_goes_on() {
             ),
             (
                 json!({"type": "session.update", "session": {"type": "transcription",
-                    "audio": {"input": {"turn_detection": {"type": "server_vad"}}}}})
+                    "audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}}})
                 .to_string(),
                 "invalid_value",
-                Some("session.audio.input.turn_detection"),
+                Some("session.audio.input.turn_detection.type"),
+            ),
+            (
+                json!({"type": "session.update", "session": {"type": "transcription",
+                    "audio": {"input": {"turn_detection": {"type": "server_vad",
+                                                           "threshold": 2}}}}})
+                .to_string(),
+                "invalid_value",
+                Some("session.audio.input.turn_detection.threshold"),
+            ),
+            (
+                json!({"type": "transcription_session.update", "session": {"turn_detection":
+                    {"type": "server_vad", "silence_duration_ms": -5}}})
+                .to_string(),
+                "invalid_value",
+                Some("session.turn_detection.silence_duration_ms"),
             ),
             (
                 json!({"type": "transcription_session.update",
@@ -542,17 +748,16 @@ fn bad_events_get_error_events_and_the_session_goes_on() {
         ws.send(Message::Binary(vec![1, 2].into())).await.unwrap();
         let error = next_event(&mut ws).await.unwrap();
         assert_eq!(error["error"]["code"], "invalid_event");
-        // Still serving.
+        // Still serving, and the refused updates changed nothing.
         send_event(
             &mut ws,
             json!({"type": "session.update",
                                    "session": {"type": "transcription"}}),
         )
         .await;
-        assert_eq!(
-            next_event(&mut ws).await.unwrap()["type"],
-            "session.updated"
-        );
+        let updated = next_event(&mut ws).await.unwrap();
+        assert_eq!(updated["type"], "session.updated");
+        assert!(updated["session"]["audio"]["input"]["turn_detection"].is_null());
     });
     // Only transcription sessions, only models that transcribe.
     let upgrade = |path: &str| {
@@ -584,6 +789,24 @@ fn api_keys_apply_to_the_websocket() {
             }
         }
         let mut ws = connect(&server, Some("sesame")).await.unwrap();
+        assert_eq!(
+            next_event(&mut ws).await.unwrap()["type"],
+            "session.created"
+        );
+
+        // A browser sends the key as a subprotocol beside `realtime`, which the server
+        // chooses (the client checks that it was one it asked for).
+        let browser = |key: &str| {
+            let protocols = format!("realtime, openai-insecure-api-key.{key}");
+            connect_with(&server, Some(("Sec-WebSocket-Protocol", protocols)))
+        };
+        match browser("wrong").await {
+            Err(WsError::Http(response)) => assert_eq!(response.status(), 401),
+            Err(e) => panic!("a wrong subprotocol key: {e}"),
+            Ok(_) => panic!("a wrong subprotocol key connected"),
+        }
+        let (mut ws, response) = browser("sesame").await.unwrap();
+        assert_eq!(response.headers()["sec-websocket-protocol"], "realtime");
         assert_eq!(
             next_event(&mut ws).await.unwrap()["type"],
             "session.created"

@@ -25,6 +25,7 @@ mod opus;
 mod pcm;
 mod rate;
 mod tempo;
+pub mod vad;
 mod wav;
 
 pub use tempo::{time_stretch, MAX_SPEED, MIN_SPEED};

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// Model folder (Voxtral TTS, or Qwen3-TTS through the engine interface); when absent, a
-    /// random checkpoint of `--preset` (made under
+    /// Model folder (Voxtral TTS, Qwen3-TTS through the engine interface, or Voxtral
+    /// Realtime speech to text); when absent, a random checkpoint of `--preset` (made under
     /// target/test-models on first use).
     #[arg(long)]
     pub(super) model: Option<PathBuf>,
@@ -40,6 +40,10 @@ pub struct BenchArgs {
     /// batching), e.g. `--batch 1,4,8`: `--frames` steps each, prefill and codec left out.
     #[arg(long, value_delimiter = ',')]
     pub(super) batch: Vec<usize>,
+    /// Speech-to-text folders: seconds of audio transcribed offline (live steps take
+    /// `--frames` steps of 80 ms).
+    #[arg(long, default_value_t = 4.0)]
+    pub(super) seconds: f64,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -51,8 +55,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         Some(dir) => dir.clone(),
         None => cached_test_model(args.preset, 0)?,
     };
-    if detect_family(&dir)? != Family::VoxtralTts {
-        return super::bench_engine::run(&args, dir);
+    match detect_family(&dir)? {
+        Family::VoxtralTts => {}
+        Family::VoxtralRealtime => return super::bench_stt::run(&args, dir),
+        Family::Qwen3Tts => return super::bench_engine::run(&args, dir),
     }
     args.device
         .run(args.threads.unwrap_or(0), Bench { args: &args, dir })

@@ -4,6 +4,8 @@
 mod bench;
 #[cfg(feature = "testmodel")]
 mod bench_engine;
+#[cfg(feature = "testmodel")]
+mod bench_stt;
 mod convert;
 mod download;
 mod load;
@@ -12,7 +14,10 @@ mod synth;
 mod transcribe;
 
 #[cfg(feature = "testmodel")]
-use crate::testmodel::{make_any_test_model, make_qwen3_published_size_model, AnyPreset};
+use crate::testmodel::{
+    make_any_test_model, make_qwen3_published_size_model, make_stt_published_size_model, AnyPreset,
+    Preset,
+};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,7 +47,8 @@ enum Command {
         #[arg(long)]
         model: PathBuf,
     },
-    /// Time the engine per frame (backbone, flow head, codec).
+    /// Time the engine per frame (backbone, flow head, codec); on a speech-to-text folder,
+    /// offline transcription and live steps.
     #[cfg(feature = "testmodel")]
     Bench(bench::BenchArgs),
     /// Drive a running server with N concurrent streaming clients: frames/s, real-time
@@ -62,8 +68,8 @@ enum Command {
         preset: AnyPreset,
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Qwen3-TTS presets: keep the published folder's sizes instead of shrinking them
-        /// (benchmarks; 1.8 to 3.9 GB).
+        /// Qwen3-TTS and stt-tiny presets: keep the published folder's sizes instead of
+        /// shrinking them (benchmarks; 1.8 to 3.9 GB for Qwen3-TTS, 8.9 GB for stt-tiny).
         #[arg(long)]
         published_size: bool,
     },
@@ -99,8 +105,12 @@ pub fn main() -> ExitCode {
             published_size,
         } => match (preset, published_size) {
             (AnyPreset::Qwen3(p), true) => make_qwen3_published_size_model(&out, p, seed),
+            (AnyPreset::Voxtral(Preset::SttTiny), true) => {
+                make_stt_published_size_model(&out, seed)
+            }
             (_, true) => Err(anyhow::anyhow!(
-                "--published-size is for the qwen3-* presets; Voxtral has `--preset full`"
+                "--published-size is for the qwen3-* and stt-tiny presets; Voxtral TTS has \
+                 `--preset full`"
             )),
             (preset, false) => make_any_test_model(&out, preset, seed),
         },

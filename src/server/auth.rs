@@ -1,9 +1,11 @@
-//! Bearer API keys on the API routes, when any are configured.
+//! Bearer API keys on the API routes, when any are configured. A browser's WebSocket cannot
+//! set headers, so OpenAI's browser clients send the key as a subprotocol instead
+//! (`Sec-WebSocket-Protocol: realtime, openai-insecure-api-key.<KEY>`); it is accepted too.
 
 use super::error::ApiError;
 use super::state::AppState;
 use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
@@ -17,11 +19,12 @@ pub async fn require_api_key(
     if keys.is_empty() {
         return next.run(request).await;
     }
-    let presented = request
-        .headers()
+    let headers = request.headers();
+    let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(bearer_token);
+        .and_then(bearer_token)
+        .or_else(|| subprotocol_key(headers));
     match presented {
         Some(token) if is_accepted(keys, token) => next.run(request).await,
         Some(_) => unauthorized("invalid_api_key", "Incorrect API key provided."),
@@ -39,6 +42,20 @@ fn bearer_token(value: &str) -> Option<&str> {
         .eq_ignore_ascii_case("bearer")
         .then(|| token.trim())
         .filter(|t| !t.is_empty())
+}
+
+/// The prefix of the subprotocol that carries the key (OpenAI's name for it).
+const KEY_SUBPROTOCOL: &str = "openai-insecure-api-key.";
+
+/// The key among the WebSocket subprotocols a client asks for, if it sent one.
+fn subprotocol_key(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(|p| p.trim().strip_prefix(KEY_SUBPROTOCOL))
+        .filter(|key| !key.is_empty())
 }
 
 /// Compares against every key in constant time, so timing reveals neither which key nor how
@@ -66,6 +83,28 @@ mod tests {
         assert_eq!(bearer_token("Basic abc"), None);
         assert_eq!(bearer_token("Bearer "), None);
         assert_eq!(bearer_token("Bearer"), None);
+    }
+
+    #[test]
+    fn subprotocol_keys() {
+        let key = |values: &[&str]| {
+            let mut headers = HeaderMap::new();
+            for v in values {
+                headers.append(header::SEC_WEBSOCKET_PROTOCOL, v.parse().unwrap());
+            }
+            subprotocol_key(&headers).map(str::to_string)
+        };
+        assert_eq!(
+            key(&["realtime, openai-insecure-api-key.abc"]),
+            Some("abc".into())
+        );
+        assert_eq!(
+            key(&["realtime", "openai-insecure-api-key.abc"]),
+            Some("abc".into())
+        );
+        assert_eq!(key(&["realtime, openai-insecure-api-key."]), None);
+        assert_eq!(key(&["realtime, openai-beta.realtime-v1"]), None);
+        assert_eq!(key(&[]), None);
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub use qwen3_tts::{
 #[cfg(test)]
 pub(crate) use tekken::generated as generated_tekken;
 pub use tekken::write_test_tekken;
+pub use voxtral_realtime::make_published_size_model as make_stt_published_size_model;
 pub use xtts::{
     make_test_model as make_xtts_test_model, write_gpt_checkpoint as write_xtts_gpt_checkpoint,
     XttsPreset, STUDIO_VOICES as XTTS_STUDIO_VOICES,

@@ -66,6 +66,25 @@ pub(super) const STT_TINY: SttDims = SttDims {
     vocab: SPECIAL_RANKS + 256 + MERGES,
 };
 
+/// The published sizes (spec §1 and §9): 4.43 G values, 8.86 GB in bf16. The tokenizer
+/// fills the published vocabulary with learned and random merges.
+pub(super) const STT_PUBLISHED: SttDims = SttDims {
+    enc_dim: 1280,
+    enc_layers: 32,
+    enc_heads: 32,
+    enc_head_dim: 64,
+    enc_hidden: 5120,
+    enc_window: 750,
+    dim: 3072,
+    layers: 26,
+    heads: 32,
+    kv_heads: 8,
+    head_dim: 128,
+    hidden: 9216,
+    window: 8192,
+    vocab: 131_072,
+};
+
 /// Mel bins and the adapter's frame stacking keep their real values.
 const NUM_MEL_BINS: usize = 128;
 const DOWNSAMPLE_FACTOR: usize = 4;
@@ -258,19 +277,21 @@ pub(super) fn specs(d: &SttDims) -> Vec<Spec> {
 
 /// Writes the stt-tiny folder to `out`.
 pub(super) fn make_stt_test_model(out: &Path, seed: u64) -> Result<()> {
-    let d = &STT_TINY;
-    std::fs::create_dir_all(out)?;
-    std::fs::write(
-        out.join("params.json"),
-        serde_json::to_string_pretty(&params_json(d))? + "\n",
-    )?;
-    write_tekken(
-        &out.join("tekken.json"),
-        MERGES,
-        &SPECIAL_TOKENS,
-        &tekken_audio(),
-    )?;
-    let progress = indicatif::ProgressBar::hidden();
+    make_model(out, &STT_TINY, seed, indicatif::ProgressBar::hidden())
+}
+
+/// The same folder at the published sizes, for benchmarks (8.86 GB, shown as it is written).
+pub fn make_published_size_model(out: &Path, seed: u64) -> Result<()> {
+    let progress = indicatif::ProgressBar::new(0).with_style(
+        indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} ({eta})")
+            .expect("valid template"),
+    );
+    progress.set_message("consolidated.safetensors");
+    make_model(out, &STT_PUBLISHED, seed, progress)
+}
+
+fn make_model(out: &Path, d: &SttDims, seed: u64, progress: indicatif::ProgressBar) -> Result<()> {
+    write_small_files(out, d)?;
     write_safetensors(
         &out.join("consolidated.safetensors"),
         &specs(d),
@@ -280,6 +301,22 @@ pub(super) fn make_stt_test_model(out: &Path, seed: u64) -> Result<()> {
     )
 }
 
+/// `params.json` and `tekken.json`.
+fn write_small_files(out: &Path, d: &SttDims) -> Result<()> {
+    std::fs::create_dir_all(out)?;
+    std::fs::write(
+        out.join("params.json"),
+        serde_json::to_string_pretty(&params_json(d))? + "\n",
+    )?;
+    write_tekken(
+        &out.join("tekken.json"),
+        d.vocab - SPECIAL_RANKS - 256,
+        &SPECIAL_TOKENS,
+        &tekken_audio(),
+    )?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,27 +324,9 @@ mod tests {
     use crate::nn::checkpoint::Checkpoint;
     use crate::tokenizers::tekken::Tekken;
 
-    /// The published sizes (spec §1 and §9).
-    const REAL: SttDims = SttDims {
-        enc_dim: 1280,
-        enc_layers: 32,
-        enc_heads: 32,
-        enc_head_dim: 64,
-        enc_hidden: 5120,
-        enc_window: 750,
-        dim: 3072,
-        layers: 26,
-        heads: 32,
-        kv_heads: 8,
-        head_dim: 128,
-        hidden: 9216,
-        window: 8192,
-        vocab: 131_072,
-    };
-
     #[test]
     fn real_sizes_give_the_published_tensor_table() {
-        let specs = specs(&REAL);
+        let specs = specs(&STT_PUBLISHED);
         assert_eq!(specs.len(), 711);
         let params: usize = specs
             .iter()
@@ -342,6 +361,18 @@ mod tests {
         );
         assert_eq!(find("layers.0.attention.wk.weight"), Some(vec![1024, 3072]));
         assert_eq!(find("output.weight"), None);
+    }
+
+    #[test]
+    fn published_size_config_and_tokenizer_agree() {
+        let dir = tempfile::tempdir().unwrap();
+        write_small_files(dir.path(), &STT_PUBLISHED).unwrap();
+        let config = Config::load(dir.path()).unwrap();
+        assert_eq!(config.args.vocab_size, 131_072);
+        assert_eq!(config.encoder.sliding_window, Some(750));
+        let tok = Tekken::from_file(&dir.path().join("tekken.json")).unwrap();
+        assert_eq!(tok.vocab_size(), 131_072);
+        assert_eq!(tok.special_id("[STREAMING_PAD]"), Some(32));
     }
 
     #[test]

@@ -6,14 +6,17 @@
 //! 16 kHz as it arrives and streamed to the worker; text goes out as it is decoded
 //! (`conversation.item.input_audio_transcription.delta`), before the commit. A commit ends the
 //! item: `input_audio_buffer.committed`, `conversation.item.added` and `.done`, the last
-//! deltas, then `.completed` with the whole transcript. A bad event gets an `error` event and
-//! the session goes on. When the server shuts down, open sessions get an `error` event and
-//! are closed (code 1012); items not completed by then are lost.
+//! deltas, then `.completed` with the whole transcript. With `server_vad` turn detection the
+//! server finds the speech (`audio::vad`), sends `input_audio_buffer.speech_started` and
+//! `speech_stopped`, and commits by itself; audio outside speech is dropped. A bad event gets
+//! an `error` event and the session goes on. When the server shuts down, open sessions get an
+//! `error` event and are closed (code 1012); items not completed by then are lost.
 
 mod events;
 mod session;
 
 use crate::audio::input::{AudioInputError, StreamResampler};
+use crate::audio::vad::{VadEvent, VoiceActivity};
 use crate::scheduler::transcription::live::{LiveEvent, LiveOpenError, LiveSession, WorkerStopped};
 use crate::server::drain::Drain;
 use crate::server::error::ApiError;
@@ -57,9 +60,13 @@ const DRAIN_POLL: Duration = Duration::from_millis(250);
 /// the beta `transcription_session.update`, `input_audio_buffer.append` (base64 PCM16, 24 kHz
 /// mono), `input_audio_buffer.commit` and `input_audio_buffer.clear`. The server sends
 /// `session.created` on connect, `conversation.item.input_audio_transcription.delta` as text
-/// is decoded and `.completed` after each commit. Turn detection is not supported
-/// (`turn_detection: null`: the client commits). Over `max_realtime_sessions` open sessions,
-/// a new one gets an `error` event and is closed.
+/// is decoded and `.completed` after each commit. The client commits (`turn_detection:
+/// null`, the default), or with `turn_detection: {"type": "server_vad"}` an energy detector
+/// finds the speech, sends `input_audio_buffer.speech_started` and `speech_stopped` and
+/// commits. Over `max_realtime_sessions` open sessions, a new one gets an `error` event and
+/// is closed. Browsers, which cannot set headers, may send the API key as a subprotocol
+/// (`Sec-WebSocket-Protocol: realtime, openai-insecure-api-key.<KEY>`); the server answers
+/// with `realtime`.
 #[utoipa::path(get, path = "/v1/realtime", tag = "audio", security(("api_key" = [])),
     params(RealtimeQuery),
     responses(
@@ -94,9 +101,13 @@ pub async fn realtime_websocket(
         };
     let card = served.loaded()?;
     let drain = app.drain.clone();
-    Ok(upgrade.on_upgrade(move |socket| async move {
-        Connection::run(socket, served, card.sample_rate, drain).await;
-    }))
+    // Browser clients ask for `realtime` beside the subprotocol that carries their key
+    // (`server::auth`); the handshake fails in the browser unless one is chosen.
+    Ok(upgrade
+        .protocols(["realtime"])
+        .on_upgrade(move |socket| async move {
+            Connection::run(socket, served, card.sample_rate, drain).await;
+        }))
 }
 
 /// Item ids, unique within the process.
@@ -121,6 +132,10 @@ struct Connection {
     config: SessionConfig,
     item: Option<OpenItem>,
     previous_item: Option<Arc<str>>,
+    /// The speech detector, with `server_vad` turn detection.
+    vad: Option<VoiceActivity>,
+    /// Samples appended in this session (at the input rate).
+    received: u64,
     /// The last items cleared: the worker's events for them, sent before it had the clear,
     /// are dropped.
     cleared: VecDeque<Arc<str>>,
@@ -170,6 +185,8 @@ impl Connection {
             events: ServerEvents::default(),
             item: None,
             previous_item: None,
+            vad: None,
+            received: 0,
             cleared: VecDeque::new(),
         };
         let opened = connection.served.queue.live().open();
@@ -257,22 +274,33 @@ impl Connection {
     ) -> Result<Option<Vec<Value>>, Failure> {
         Ok(match event {
             ClientEvent::SessionUpdate(update) => {
-                self.config = self.config.updated_ga(&update, &self.served.id)?;
+                let config = self.config.updated_ga(&update, &self.served.id)?;
+                self.configure(config);
                 Some(vec![
                     json!({"type": "session.updated", "session": self.config.ga()}),
                 ])
             }
             ClientEvent::BetaSessionUpdate(update) => {
-                self.config = self.config.updated_beta(&update, &self.served.id)?;
+                let config = self.config.updated_beta(&update, &self.served.id)?;
+                self.configure(config);
                 Some(vec![json!({"type": "transcription_session.updated",
                                  "session": self.config.beta()})])
             }
             ClientEvent::Append(pcm) => {
-                self.append(session, &pcm)?;
-                None
+                let replies = self.append(session, &pcm)?;
+                (!replies.is_empty()).then_some(replies)
             }
-            ClientEvent::Commit => Some(self.commit(session)?),
+            ClientEvent::Commit => {
+                let tail = self.vad.as_mut().map(VoiceActivity::end);
+                if let Some(tail) = tail.filter(|tail| !tail.is_empty()) {
+                    self.stream(session, &tail)?;
+                }
+                Some(self.commit(session)?)
+            }
             ClientEvent::Clear => {
+                if let Some(vad) = &mut self.vad {
+                    vad.reset();
+                }
                 if let Some(item) = self.item.take() {
                     session.clear()?;
                     if self.cleared.len() == CLEARED_KEPT {
@@ -285,11 +313,54 @@ impl Connection {
         })
     }
 
-    /// Resamples the samples and streams what is final of them to the worker.
-    fn append(&mut self, session: &LiveSession, pcm: &[i16]) -> Result<(), Failure> {
-        if pcm.is_empty() {
-            return Ok(());
+    /// Takes a session update; a new turn detection starts a new detector, in speech when an
+    /// item is open.
+    fn configure(&mut self, config: SessionConfig) {
+        if config.turn_detection != self.config.turn_detection {
+            let (received, open) = (self.received, self.item.is_some());
+            self.vad = config
+                .turn_detection
+                .map(|settings| VoiceActivity::new(settings, INPUT_RATE, received, open));
         }
+        self.config = config;
+    }
+
+    /// Streams the samples to the open item, or with turn detection the speech among them;
+    /// returns the speech events and the commits the detector made.
+    fn append(&mut self, session: &LiveSession, pcm: &[i16]) -> Result<Vec<Value>, Failure> {
+        self.received += pcm.len() as u64;
+        let samples: Vec<f32> = pcm.iter().map(|&s| f32::from(s) / 32768.0).collect();
+        let Some(vad) = &mut self.vad else {
+            if !samples.is_empty() {
+                self.stream(session, &samples)?;
+            }
+            return Ok(Vec::new());
+        };
+        let mut replies = Vec::new();
+        for event in vad.push(&samples) {
+            match event {
+                VadEvent::Started { start_ms, audio } => {
+                    let item = self.stream(session, &audio)?;
+                    replies.push(json!({"type": "input_audio_buffer.speech_started",
+                                        "audio_start_ms": start_ms, "item_id": item}));
+                }
+                VadEvent::Speech(audio) => {
+                    self.stream(session, &audio)?;
+                }
+                VadEvent::Stopped { end_ms, audio } => {
+                    let item = self.stream(session, &audio)?;
+                    replies.push(json!({"type": "input_audio_buffer.speech_stopped",
+                                        "audio_end_ms": end_ms, "item_id": item}));
+                    replies.extend(self.commit(session)?);
+                }
+            }
+        }
+        Ok(replies)
+    }
+
+    /// Resamples the samples and streams what is final of them to the worker, opening an item
+    /// if none is; returns the item's id.
+    fn stream(&mut self, session: &LiveSession, samples: &[f32]) -> Result<Arc<str>, Failure> {
         let item = match &mut self.item {
             Some(item) => item,
             None => self.item.insert(OpenItem {
@@ -298,12 +369,11 @@ impl Connection {
                     .map_err(resampling)?,
             }),
         };
-        let samples: Vec<f32> = pcm.iter().map(|&s| f32::from(s) / 32768.0).collect();
-        let resampled = item.resampler.push(&samples).map_err(resampling)?;
+        let resampled = item.resampler.push(samples).map_err(resampling)?;
         if !resampled.is_empty() {
             session.append(&item.id, resampled)?;
         }
-        Ok(())
+        Ok(item.id.clone())
     }
 
     /// Ends the open item: the resampler's tail and the commit go to the worker.

@@ -6,10 +6,12 @@
 //! What the model has no use for is accepted and not applied: the language and prompt (the
 //! Voxtral Realtime prompt has no slot for them), `delay` (the model's delay comes from its
 //! tekken.json), noise reduction, `include` (no log probabilities are computed). What would
-//! change the audio or the turns is refused: formats other than PCM16 at 24 kHz, and turn
-//! detection (no voice activity detection: the client commits, `turn_detection: null`).
+//! change the audio is refused: formats other than PCM16 at 24 kHz. Turns are the client's
+//! commits (`turn_detection: null`, the default) or `server_vad`'s (an energy detector,
+//! `audio::vad`); `semantic_vad` is refused.
 
 use super::events::EventError;
+use crate::audio::vad::{VadSettings, MAX_DURATION_MS};
 use serde_json::{json, Map, Value};
 
 /// The only input rate: OpenAI's PCM16 format is 24 kHz mono.
@@ -21,6 +23,8 @@ pub struct SessionConfig {
     pub model: String,
     pub language: Option<String>,
     pub prompt: String,
+    /// `server_vad`'s settings; `None`: the client commits.
+    pub turn_detection: Option<VadSettings>,
 }
 
 impl SessionConfig {
@@ -29,6 +33,7 @@ impl SessionConfig {
             model: model.to_string(),
             language: None,
             prompt: String::new(),
+            turn_detection: None,
         }
     }
 
@@ -39,7 +44,7 @@ impl SessionConfig {
             "audio": {"input": {
                 "format": {"type": "audio/pcm", "rate": INPUT_RATE},
                 "transcription": self.transcription(),
-                "turn_detection": null,
+                "turn_detection": self.turn_detection_object(),
                 "noise_reduction": null,
             }},
             "include": [],
@@ -53,10 +58,19 @@ impl SessionConfig {
             "modalities": ["text"],
             "input_audio_format": "pcm16",
             "input_audio_transcription": self.transcription(),
-            "turn_detection": null,
+            "turn_detection": self.turn_detection_object(),
             "input_audio_noise_reduction": null,
             "include": [],
         })
+    }
+
+    fn turn_detection_object(&self) -> Value {
+        match self.turn_detection {
+            None => Value::Null,
+            Some(vad) => json!({"type": "server_vad", "threshold": vad.threshold,
+                "prefix_padding_ms": vad.prefix_padding_ms,
+                "silence_duration_ms": vad.silence_duration_ms}),
+        }
     }
 
     fn transcription(&self) -> Value {
@@ -95,7 +109,9 @@ impl SessionConfig {
         if let Some(format) = input.get("format").filter(|f| !f.is_null()) {
             check_ga_format(object(format, "session.audio.input.format")?)?;
         }
-        check_no_turn_detection(input.get("turn_detection"), "session.audio.input")?;
+        if let Some(turns) = turn_detection(input.get("turn_detection"), "session.audio.input")? {
+            next.turn_detection = turns;
+        }
         if let Some(t) = input.get("transcription").filter(|t| !t.is_null()) {
             next.apply_transcription(t, "session.audio.input.transcription", served)?;
         }
@@ -118,7 +134,9 @@ impl SessionConfig {
                 ))
             }
         }
-        check_no_turn_detection(session.get("turn_detection"), "session")?;
+        if let Some(turns) = turn_detection(session.get("turn_detection"), "session")? {
+            next.turn_detection = turns;
+        }
         if let Some(t) = session
             .get("input_audio_transcription")
             .filter(|t| !t.is_null())
@@ -200,17 +218,68 @@ fn check_ga_format(format: &Map<String, Value>) -> Result<(), EventError> {
     }
 }
 
-/// Only `null` (or leaving it out): the client commits each item.
-fn check_no_turn_detection(value: Option<&Value>, parent: &str) -> Result<(), EventError> {
-    match value {
-        None | Some(Value::Null) => Ok(()),
-        Some(_) => Err(EventError::invalid(
-            format!("{parent}.turn_detection"),
-            "turn detection (voice activity detection) is not supported: set turn_detection \
-             to null and send input_audio_buffer.commit at the end of each utterance (text \
-             comes out while the audio streams in)",
-        )),
+/// A `turn_detection` value: `None` when left out (unchanged), `Some(None)` for `null` (the
+/// client commits), `Some(Some(settings))` for `server_vad` (OpenAI's defaults for the fields
+/// left out; `create_response` and `interrupt_response` concern responses, which a
+/// transcription session does not make, and are ignored).
+fn turn_detection(
+    value: Option<&Value>,
+    parent: &str,
+) -> Result<Option<Option<VadSettings>>, EventError> {
+    let param = format!("{parent}.turn_detection");
+    let value = match value {
+        None => return Ok(None),
+        Some(Value::Null) => return Ok(Some(None)),
+        Some(value) => object(value, &param)?,
+    };
+    match value.get("type").and_then(Value::as_str) {
+        Some("server_vad") | None => {}
+        Some(other) => {
+            return Err(EventError::invalid(
+                format!("{param}.type"),
+                format!(
+                    "turn detection {other:?} is not supported: use \"server_vad\" (an energy \
+                     detector) or null (the client commits)"
+                ),
+            ))
+        }
     }
+    if value.get("idle_timeout_ms").is_some_and(|v| !v.is_null()) {
+        return Err(EventError::invalid(
+            format!("{param}.idle_timeout_ms"),
+            "idle_timeout_ms is not supported: a transcription session makes no responses",
+        ));
+    }
+    let mut vad = VadSettings::default();
+    if let Some(t) = value.get("threshold").filter(|v| !v.is_null()) {
+        vad.threshold = t
+            .as_f64()
+            .filter(|t| (0.0..=1.0).contains(t))
+            .ok_or_else(|| {
+                EventError::invalid(
+                    format!("{param}.threshold"),
+                    format!("threshold {t}: a number from 0 to 1"),
+                )
+            })? as f32;
+    }
+    let duration = |key: &str, default: u32| -> Result<u32, EventError> {
+        match value.get(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v
+                .as_u64()
+                .filter(|&ms| ms <= u64::from(MAX_DURATION_MS))
+                .map(|ms| ms as u32)
+                .ok_or_else(|| {
+                    EventError::invalid(
+                        format!("{param}.{key}"),
+                        format!("{key} {v}: whole milliseconds from 0 to {MAX_DURATION_MS}"),
+                    )
+                }),
+        }
+    };
+    vad.prefix_padding_ms = duration("prefix_padding_ms", vad.prefix_padding_ms)?;
+    vad.silence_duration_ms = duration("silence_duration_ms", vad.silence_duration_ms)?;
+    Ok(Some(Some(vad)))
 }
 
 #[cfg(test)]
@@ -244,9 +313,9 @@ mod tests {
         );
         assert_eq!(
             param(
-                json!({"type": "transcription", "audio": {"input": {"turn_detection": {"type": "server_vad"}}}})
+                json!({"type": "transcription", "audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}})
             ),
-            "session.audio.input.turn_detection"
+            "session.audio.input.turn_detection.type"
         );
         assert_eq!(
             param(
@@ -257,7 +326,72 @@ mod tests {
     }
 
     #[test]
-    fn beta_updates_take_pcm16_and_no_turn_detection() {
+    fn server_vad_takes_openai_s_fields_and_defaults_and_null_turns_it_off() {
+        let ga = |turns: Value| json!({"type": "transcription", "audio": {"input": {"turn_detection": turns}}});
+        let base = SessionConfig::new("stt");
+        let on = base
+            .updated_ga(
+                &ga(json!({"type": "server_vad", "create_response": true})),
+                "stt",
+            )
+            .unwrap();
+        assert_eq!(on.turn_detection, Some(VadSettings::default()));
+        assert_eq!(
+            on.ga()["audio"]["input"]["turn_detection"],
+            json!({"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300,
+                   "silence_duration_ms": 500})
+        );
+        let tuned = json!({"type": "server_vad", "threshold": 0.25, "prefix_padding_ms": 100,
+                           "silence_duration_ms": 800});
+        let tuned = base
+            .updated_beta(&json!({"turn_detection": tuned}), "stt")
+            .unwrap();
+        assert_eq!(
+            tuned.turn_detection,
+            Some(VadSettings {
+                threshold: 0.25,
+                prefix_padding_ms: 100,
+                silence_duration_ms: 800
+            })
+        );
+        assert_eq!(tuned.beta()["turn_detection"]["silence_duration_ms"], 800);
+        let kept = tuned
+            .updated_beta(&json!({"input_audio_format": "pcm16"}), "stt")
+            .unwrap();
+        assert_eq!(
+            kept.turn_detection, tuned.turn_detection,
+            "left out: unchanged"
+        );
+        let off = on.updated_ga(&ga(Value::Null), "stt").unwrap();
+        assert_eq!(off.turn_detection, None);
+        assert_eq!(off.ga()["audio"]["input"]["turn_detection"], Value::Null);
+
+        let param = |turns: Value| base.updated_ga(&ga(turns), "stt").unwrap_err().param;
+        let at = |field: &str| format!("session.audio.input.turn_detection.{field}");
+        assert_eq!(
+            param(json!({"type": "server_vad", "threshold": 1.5})),
+            at("threshold")
+        );
+        assert_eq!(
+            param(json!({"type": "server_vad", "silence_duration_ms": -1})),
+            at("silence_duration_ms")
+        );
+        assert_eq!(
+            param(json!({"type": "server_vad", "prefix_padding_ms": 60000})),
+            at("prefix_padding_ms")
+        );
+        assert_eq!(
+            param(json!({"type": "server_vad", "idle_timeout_ms": 5000})),
+            at("idle_timeout_ms")
+        );
+        assert_eq!(
+            param(json!("server_vad")),
+            "session.audio.input.turn_detection"
+        );
+    }
+
+    #[test]
+    fn beta_updates_take_pcm16_and_refuse_semantic_vad() {
         let base = SessionConfig::new("stt");
         let next = base
             .updated_beta(
@@ -273,8 +407,8 @@ mod tests {
             "session.input_audio_format"
         );
         assert_eq!(
-            param(json!({"turn_detection": {"type": "server_vad"}})),
-            "session.turn_detection"
+            param(json!({"turn_detection": {"type": "semantic_vad"}})),
+            "session.turn_detection.type"
         );
     }
 }
