@@ -58,7 +58,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     match detect_family(&dir)? {
         Family::VoxtralTts => {}
         Family::VoxtralRealtime => return super::bench_stt::run(&args, dir),
-        Family::Qwen3Tts => return super::bench_engine::run(&args, dir),
+        Family::Qwen3Tts | Family::Xtts => return super::bench_engine::run(&args, dir),
     }
     args.device
         .run(args.threads.unwrap_or(0), Bench { args: &args, dir })
