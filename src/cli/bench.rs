@@ -46,7 +46,8 @@ pub struct BenchArgs {
     pub(super) seconds: f64,
 }
 
-fn ms(d: Duration) -> f64 {
+/// A duration in milliseconds, as every bench line prints it.
+pub(super) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 

@@ -3,7 +3,7 @@
 //! until their decode gives samples), the batched step at each `--batch` size, the decoder's time per frame, and the
 //! weight-read floor of a frame.
 
-use super::bench::{read_bandwidth, BenchArgs};
+use super::bench::{ms, read_bandwidth, BenchArgs};
 use crate::device::OnBackend;
 use crate::engine::{
     prepare_speech, Conditioning, EngineOptions, Sampling, SpeechInput, SpeechSession,
@@ -14,7 +14,7 @@ use crate::tensor::tch_backend::TchTensor;
 use crate::tensor::Tensor;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 pub fn run(args: &BenchArgs, dir: PathBuf) -> Result<()> {
     args.device
@@ -57,10 +57,6 @@ struct Timed<'a> {
     dir: &'a Path,
     started: Instant,
     threads: usize,
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 impl WithEngine for Timed<'_> {

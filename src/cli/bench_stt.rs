@@ -3,7 +3,7 @@
 //! one batched decoder pass) against the 80 ms of audio a step covers, which is also the
 //! compute part of the latency from an audio chunk to its token, and the weight-read floor.
 
-use super::bench::{read_bandwidth, BenchArgs};
+use super::bench::{ms, read_bandwidth, BenchArgs};
 use crate::device::OnBackend;
 use crate::models::voxtral_realtime::batch::BatchDecoder;
 use crate::models::voxtral_realtime::params::Config;
@@ -25,10 +25,6 @@ pub fn run(args: &BenchArgs, dir: PathBuf) -> Result<()> {
 struct SttBench<'a> {
     args: &'a BenchArgs,
     dir: PathBuf,
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 /// A voice-like test signal at `rate`: a gliding 150 Hz tone with harmonics, its loudness
