@@ -2,15 +2,16 @@
 //! joins at the start or between steps, and however long the others run; the worker batches
 //! queued jobs that way, each in a slot of the model's KV pool.
 
+mod common;
+
+use common::start_loaded_worker;
 use std::time::Instant;
 use voxtral_tts::device::DeviceChoice;
 use voxtral_tts::engine::{
     prepare_speech, Conditioning, EngineOptions, PreparedSpeech, Sampling, SpeechInput,
 };
 use voxtral_tts::models::voxtral_tts::{Generation, Noise, SynthesisRequest, Voxtral};
-use voxtral_tts::scheduler::{
-    start_worker, EngineState, JobEvent, JobOptions, LoadedModel, StreamSettings, WorkerSettings,
-};
+use voxtral_tts::scheduler::{JobEvent, JobOptions, LoadedModel, StreamSettings, WorkerSettings};
 use voxtral_tts::tensor::{tch_backend::TchTensor, DType, Tensor};
 use voxtral_tts::testmodel::{cached_test_model, Preset};
 
@@ -166,16 +167,7 @@ fn run_worker_with(jobs: &[SynthesisRequest], slots: usize, options: JobOptions)
             ..EngineOptions::default()
         },
     };
-    let (queue, mut state, worker) = start_worker(settings, 16).unwrap();
-    let loaded = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap()
-        .block_on(state.wait_for(|s| !matches!(s, EngineState::Loading)))
-        .unwrap()
-        .clone();
-    let EngineState::Ready(model) = loaded else {
-        panic!("the model did not load")
-    };
+    let (queue, model, worker) = start_loaded_worker(settings, 16);
     let prepared: Vec<_> = jobs.iter().map(|r| prepare(&model, r)).collect();
     let receivers: Vec<_> = prepared
         .into_iter()

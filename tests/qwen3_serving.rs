@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{pcm_samples, Server};
+use common::{decode_streamed, max_abs_diff, pcm_samples, run_to_end, Server};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use voxtral_tts::engine::{
@@ -88,9 +88,7 @@ fn batched_sessions_equal_each_alone() {
         .iter()
         .map(|r| {
             let mut session = engine.start_session(r, 0).unwrap();
-            while session.stop_reason().is_none() {
-                engine.step(&mut [&mut session]).unwrap();
-            }
+            run_to_end(&engine, &mut session);
             session.codes().to_vec()
         })
         .collect();
@@ -123,34 +121,17 @@ fn streamed_audio_equals_the_whole_decode() {
         Some(0.0),
     );
     let mut session = engine.start_session(&request, 0).unwrap();
-    let mut streamed = Vec::new();
-    let mut decoded = 0;
-    while session.stop_reason().is_none() {
-        engine.step(&mut [&mut session]).unwrap();
-        let frames = session.codes().len();
-        if frames >= decoded + 5 && session.stop_reason().is_none() {
-            streamed.extend(engine.decode(&session, decoded).unwrap());
-            decoded = frames;
-        }
-    }
-    assert!(decoded > 0, "the utterance was shorter than one chunk");
-    streamed.extend(engine.decode(&session, decoded).unwrap());
+    let streamed = decode_streamed(&engine, &mut session, 5);
     let frames = session.codes().len();
     let spf = engine.card().samples_per_frame;
     assert_eq!(streamed.len(), frames * spf);
     drop(session);
     // A fresh session of the same request decodes the whole utterance at once.
     let mut whole_session = engine.start_session(&request, 0).unwrap();
-    while whole_session.stop_reason().is_none() {
-        engine.step(&mut [&mut whole_session]).unwrap();
-    }
+    run_to_end(&engine, &mut whole_session);
     let whole = engine.decode(&whole_session, 0).unwrap();
     assert_eq!(whole.len(), streamed.len());
-    let max = whole
-        .iter()
-        .zip(&streamed)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
+    let max = max_abs_diff(&whole, &streamed);
     assert!(max < 1e-4, "streamed differs from whole by {max}");
     // A decode that skips frames is refused, not garbled.
     assert!(engine.decode(&whole_session, 1).is_err());
@@ -171,9 +152,7 @@ fn frame_limit_and_greedy_are_honoured() {
     );
     request.max_frames = 3;
     let mut session = engine.start_session(&request, 0).unwrap();
-    while session.stop_reason().is_none() {
-        engine.step(&mut [&mut session]).unwrap();
-    }
+    run_to_end(&engine, &mut session);
     let frames = session.codes().len();
     assert!(frames <= 3, "{frames} frames");
     if frames == 3 {

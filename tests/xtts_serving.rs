@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::{pcm16_wav, pcm_samples, Server};
+use common::{
+    decode_streamed, max_abs_diff, pcm16_wav, pcm_samples, run_to_end, start_loaded_worker, Server,
+};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use voxtral_tts::device::DeviceChoice;
@@ -14,9 +16,7 @@ use voxtral_tts::engine::{
     SpeechSession, StopReason, TextToSpeech,
 };
 use voxtral_tts::models::xtts::XttsEngine;
-use voxtral_tts::scheduler::{
-    start_worker, EngineState, JobEvent, JobOptions, StreamSettings, WorkerSettings,
-};
+use voxtral_tts::scheduler::{JobEvent, JobOptions, StreamSettings, WorkerSettings};
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::DType;
 use voxtral_tts::testmodel::{cached_xtts_test_model, XTTS_STUDIO_VOICES};
@@ -59,9 +59,7 @@ fn prepare(engine: &XttsEngine<TchTensor>, input: SpeechInput) -> PreparedSpeech
 
 fn run_alone(engine: &XttsEngine<TchTensor>, request: &PreparedSpeech) -> Vec<Vec<u32>> {
     let mut session = engine.start_session(request, 0).unwrap();
-    while session.stop_reason().is_none() {
-        engine.step(&mut [&mut session]).unwrap();
-    }
+    run_to_end(engine, &mut session);
     session.codes().to_vec()
 }
 
@@ -120,24 +118,11 @@ fn streamed_audio_equals_the_whole_decode() {
         ),
     );
     let mut session = engine.start_session(&request, 0).unwrap();
-    let mut streamed = Vec::new();
-    let mut decoded = 0;
-    while session.stop_reason().is_none() {
-        engine.step(&mut [&mut session]).unwrap();
-        let codes = session.codes().len();
-        if codes >= decoded + 3 && session.stop_reason().is_none() {
-            streamed.extend(engine.decode(&session, decoded).unwrap());
-            decoded = codes;
-        }
-    }
-    assert!(decoded > 0, "the utterance was shorter than one chunk");
-    streamed.extend(engine.decode(&session, decoded).unwrap());
+    let streamed = decode_streamed(&engine, &mut session, 3);
     let codes = session.codes().len();
     drop(session);
     let mut whole_session = engine.start_session(&request, 0).unwrap();
-    while whole_session.stop_reason().is_none() {
-        engine.step(&mut [&mut whole_session]).unwrap();
-    }
+    run_to_end(&engine, &mut whole_session);
     assert_eq!(whole_session.codes().len(), codes);
     let whole = engine.decode(&whole_session, 0).unwrap();
     // floor(floor(4n) * 24000/22050) decoder frames of 256 samples.
@@ -146,11 +131,7 @@ fn streamed_audio_equals_the_whole_decode() {
         ((4 * codes) as f64 * 24_000.0 / 22_050.0) as usize * 256
     );
     assert_eq!(whole.len(), streamed.len());
-    let max = whole
-        .iter()
-        .zip(&streamed)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
+    let max = max_abs_diff(&whole, &streamed);
     assert!(max < 1e-4, "streamed differs from whole by {max}");
     assert!(whole.iter().any(|&x| x.abs() > 1e-3), "silent audio");
 }
@@ -166,9 +147,7 @@ fn code_limit_ends_with_max_frames() {
     assert!(free > 2, "{free} codes");
     request.max_frames = 2;
     let mut session = engine.start_session(&request, 0).unwrap();
-    while session.stop_reason().is_none() {
-        engine.step(&mut [&mut session]).unwrap();
-    }
+    run_to_end(&engine, &mut session);
     assert_eq!(session.codes().len(), 2);
     assert_eq!(session.stop_reason(), Some(StopReason::MaxFrames));
 }
@@ -449,16 +428,7 @@ fn a_texts_sentences_generate_together_in_free_slots() {
                 ..EngineOptions::default()
             },
         };
-        let (queue, mut state, worker) = start_worker(settings, 4).unwrap();
-        let loaded = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap()
-            .block_on(state.wait_for(|s| !matches!(s, EngineState::Loading)))
-            .unwrap()
-            .clone();
-        let EngineState::Ready(loaded) = loaded else {
-            panic!("the model did not load")
-        };
+        let (queue, loaded, worker) = start_loaded_worker(settings, 4);
         let mut request = input(
             "hello there. the world is wide. is it not? hello again.",
             XTTS_STUDIO_VOICES[0],

@@ -1,5 +1,7 @@
 //! Helpers shared by the tests that run a real `voxtral-tts serve` process: start it on a free
-//! port with a tiny random checkpoint, call it over HTTP, decode audio with ffmpeg.
+//! port with a tiny random checkpoint, call it over HTTP, decode audio with ffmpeg. Also the
+//! engine-level loops that tests of several families share: a session run to its end or
+//! streamed, and a worker started and loaded.
 // Each test binary uses only some of these.
 #![allow(dead_code)]
 
@@ -9,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
+use voxtral_tts::engine::{SpeechSession, TextToSpeech};
+use voxtral_tts::scheduler::{start_worker, EngineState, JobQueue, LoadedModel, WorkerSettings};
 use voxtral_tts::testmodel::{cached_test_model, Preset};
 
 /// Samples per frame (80 ms at 24 kHz).
@@ -338,4 +342,59 @@ pub fn pcm16_wav(rate: u32, samples: &[i16]) -> Vec<u8> {
     out.extend(data.to_le_bytes());
     out.extend(samples.iter().flat_map(|s| s.to_le_bytes()));
     out
+}
+
+/// Steps `session` alone until it stops.
+pub fn run_to_end<E: TextToSpeech>(engine: &E, session: &mut E::Session<'_>) {
+    while session.stop_reason().is_none() {
+        engine.step(&mut [&mut *session]).unwrap();
+    }
+}
+
+/// Steps `session` alone until it stops, decoding as a streamed response does: each time
+/// `chunk` new codes are in, then the rest at the end. Returns the audio streamed.
+pub fn decode_streamed<E: TextToSpeech>(
+    engine: &E,
+    session: &mut E::Session<'_>,
+    chunk: usize,
+) -> Vec<f32> {
+    let (mut streamed, mut decoded) = (Vec::new(), 0);
+    while session.stop_reason().is_none() {
+        engine.step(&mut [&mut *session]).unwrap();
+        let codes = session.codes().len();
+        if codes >= decoded + chunk && session.stop_reason().is_none() {
+            streamed.extend(engine.decode(session, decoded).unwrap());
+            decoded = codes;
+        }
+    }
+    assert!(decoded > 0, "the utterance was shorter than one chunk");
+    streamed.extend(engine.decode(session, decoded).unwrap());
+    streamed
+}
+
+/// The largest difference between two signals of the same length.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max)
+}
+
+/// Starts a worker with a queue of `capacity` jobs and waits for its model to load.
+pub fn start_loaded_worker(
+    settings: WorkerSettings,
+    capacity: usize,
+) -> (JobQueue, Arc<LoadedModel>, std::thread::JoinHandle<()>) {
+    let (queue, mut state, worker) = start_worker(settings, capacity).unwrap();
+    let loaded = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(state.wait_for(|s| !matches!(s, EngineState::Loading)))
+        .unwrap()
+        .clone();
+    let EngineState::Ready(loaded) = loaded else {
+        panic!("the model did not load")
+    };
+    (queue, loaded, worker)
 }
