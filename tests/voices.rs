@@ -9,40 +9,6 @@ use serde_json::Value;
 use std::path::Path;
 use voxtral_tts::testmodel::{cached_qwen3_test_model, Qwen3Preset};
 
-const BOUNDARY: &str = "voices-test-boundary";
-
-/// A multipart form: text fields, then one `audio_sample` file per clip.
-fn form(fields: &[(&str, &str)], clips: &[&[u8]]) -> Vec<u8> {
-    let mut body = Vec::new();
-    for (name, value) in fields {
-        body.extend(
-            format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n")
-                .bytes(),
-        );
-    }
-    for clip in clips {
-        body.extend(
-            format!(
-                "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"audio_sample\"; \
-                 filename=\"clip.wav\"\r\nContent-Type: application/octet-stream\r\n\r\n"
-            )
-            .bytes(),
-        );
-        body.extend(*clip);
-        body.extend(b"\r\n");
-    }
-    body.extend(format!("--{BOUNDARY}--\r\n").bytes());
-    body
-}
-
-fn upload(server: &Server, fields: &[(&str, &str)], clips: &[&[u8]]) -> Reply {
-    let request = agent().post(&server.url("/v1/audio/voices")).set(
-        "Content-Type",
-        &format!("multipart/form-data; boundary={BOUNDARY}"),
-    );
-    send(request, Some(&form(fields, clips)))
-}
-
 fn delete(server: &Server, id: &str) -> Reply {
     send(
         agent().delete(&server.url(&format!("/v1/audio/voices/{id}"))),
@@ -94,14 +60,14 @@ fn a_model_that_cannot_clone_refuses_uploads_and_lists_its_presets_as_before() {
             .post(&server.url("/v1/audio/voices"))
             .set(
                 "Content-Type",
-                &format!("multipart/form-data; boundary={BOUNDARY}"),
+                &format!("multipart/form-data; boundary={VOICE_FORM_BOUNDARY}"),
             )
             .set("Authorization", "Bearer k-1");
-        send(request, Some(&form(fields, clips)))
+        send(request, Some(&voice_form(fields, clips)))
     };
     // Uploads and deletions need the key; the list stays open (public_discovery).
     // (A small body: the 401 comes before the body is read.)
-    upload(&server, &[("name", "a")], &[b"RIFF"]).error(401);
+    upload_voice(&server, &[("name", "a")], &[b"RIFF"]).error(401);
     delete(&server, "voice_00").error(401);
     let (_, param, _) = keyed(&[("name", "a")], &[&clip]).error(400);
     assert_eq!(param.as_deref(), Some("model"));
@@ -163,12 +129,12 @@ fn check_voice_object(voice: &Value, name: &str, in_context: bool) -> String {
 
 /// Waits for the model's voice encoder: uploads get 503 while it loads.
 fn upload_when_ready(server: &Server, fields: &[(&str, &str)], clips: &[&[u8]]) -> Reply {
-    let mut reply = upload(server, fields, clips);
+    let mut reply = upload_voice(server, fields, clips);
     server.wait_for("the voice encoder", || {
         if reply.status != 503 {
             return true;
         }
-        reply = upload(server, fields, clips);
+        reply = upload_voice(server, fields, clips);
         false
     });
     reply
@@ -202,14 +168,14 @@ fn custom_voices_are_made_listed_deduplicated_deleted_and_kept_across_restarts()
     assert!(stored.join("voice.json").exists() && stored.join("voice.safetensors").exists());
 
     // The same upload again: the stored voice, nothing new computed or written.
-    let again = upload(
+    let again = upload_voice(
         &server,
         &[("name", "alice"), ("transcript", "Hello there.")],
         &[&clip],
     );
     assert_eq!(again.json(), alice);
     // Another name (and no transcript): another voice.
-    let bob = upload(&server, &[("name", "bob")], &[&clip]).json();
+    let bob = upload_voice(&server, &[("name", "bob")], &[&clip]).json();
     let bob_id = check_voice_object(&bob, "bob", false);
     assert_ne!(bob_id, alice_id);
 
@@ -272,7 +238,7 @@ fn custom_voices_are_made_listed_deduplicated_deleted_and_kept_across_restarts()
         (vec![("name", "x")], vec![], "audio_sample"),
         (vec![("transcript", "Hi.")], vec![&clip[..]], "name"),
     ] {
-        let (_, param, _) = upload(&server, &fields, &clips).error(400);
+        let (_, param, _) = upload_voice(&server, &fields, &clips).error(400);
         assert_eq!(param.as_deref(), Some(field), "{fields:?}");
     }
     assert_eq!(folder(&dir), before);

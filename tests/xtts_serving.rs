@@ -274,29 +274,8 @@ fn served_over_http() {
     assert_eq!(param.as_deref(), Some("voice"));
 }
 
-const BOUNDARY: &str = "xtts-voices-boundary";
-
 fn upload(server: &Server, name: &str, clips: &[&[u8]]) -> common::Reply {
-    let mut body =
-        format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\n{name}\r\n")
-            .into_bytes();
-    for clip in clips {
-        body.extend(
-            format!(
-                "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"audio_sample\"; \
-                 filename=\"clip.wav\"\r\nContent-Type: audio/wav\r\n\r\n"
-            )
-            .bytes(),
-        );
-        body.extend(*clip);
-        body.extend(b"\r\n");
-    }
-    body.extend(format!("--{BOUNDARY}--\r\n").bytes());
-    let request = common::agent().post(&server.url("/v1/audio/voices")).set(
-        "Content-Type",
-        &format!("multipart/form-data; boundary={BOUNDARY}"),
-    );
-    common::send(request, Some(&body))
+    common::upload_voice(server, &[("name", name)], clips)
 }
 
 /// `seconds` of a chirp starting at `hz`, at 24 kHz: a stand-in for speech.

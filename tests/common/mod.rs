@@ -398,3 +398,40 @@ pub fn start_loaded_worker(
     };
     (queue, loaded, worker)
 }
+
+/// The boundary of [`voice_form`]'s multipart bodies.
+pub const VOICE_FORM_BOUNDARY: &str = "voices-test-boundary";
+
+/// A `POST /v1/audio/voices` multipart form: text fields, then one `audio_sample` file per
+/// clip.
+pub fn voice_form(fields: &[(&str, &str)], clips: &[&[u8]]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (name, value) in fields {
+        body.extend(
+            format!("--{VOICE_FORM_BOUNDARY}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n")
+                .bytes(),
+        );
+    }
+    for clip in clips {
+        body.extend(
+            format!(
+                "--{VOICE_FORM_BOUNDARY}\r\nContent-Disposition: form-data; name=\"audio_sample\"; \
+                 filename=\"clip.wav\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+            )
+            .bytes(),
+        );
+        body.extend(*clip);
+        body.extend(b"\r\n");
+    }
+    body.extend(format!("--{VOICE_FORM_BOUNDARY}--\r\n").bytes());
+    body
+}
+
+/// Uploads a custom voice ([`voice_form`]).
+pub fn upload_voice(server: &Server, fields: &[(&str, &str)], clips: &[&[u8]]) -> Reply {
+    let request = agent().post(&server.url("/v1/audio/voices")).set(
+        "Content-Type",
+        &format!("multipart/form-data; boundary={VOICE_FORM_BOUNDARY}"),
+    );
+    send(request, Some(&voice_form(fields, clips)))
+}
