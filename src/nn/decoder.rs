@@ -539,7 +539,8 @@ mod tests {
     }
 
     /// The one-call masked attention accelerators run gives what the row-by-row CPU path
-    /// gives, over slots of different lengths (GQA 2).
+    /// gives, over slots of different lengths (GQA 2), also where it reads a bucket of keys
+    /// beyond the longest row (a pool of 300 positions) or a bucket cut at the pool's end.
     #[test]
     fn masked_pool_attention_equals_attention_row_by_row() {
         use crate::tensor::tch_backend::masked_pool_attention;
@@ -551,14 +552,16 @@ mod tests {
             let v: Vec<f32> = (0..n).map(|_| rng.random::<f32>() - 0.5).collect();
             TchTensor::from_f32(&dev, &v, shape, DType::F32)
         };
-        let (keys, values) = (random(&[4, 2, 12, 8]), random(&[4, 2, 12, 8]));
         let q = random(&[3, 4, 1, 8]);
-        for window in [None, Some(4)] {
-            let rows = PoolRows::windowed(&dev, vec![2, 0, 3], vec![5, 11, 0], window);
-            let masked = masked_pool_attention(&q, &keys, &values, &rows, 0.3);
-            let by_row = TchTensor::pool_attention(&q, &keys, &values, &rows, 0.3);
-            assert_eq!(masked.shape(), vec![3, 4, 1, 8]);
-            close(&masked, &by_row);
+        for (pool, positions) in [(12, [5, 11, 0]), (300, [5, 11, 0]), (300, [270, 11, 0])] {
+            let (keys, values) = (random(&[4, 2, pool, 8]), random(&[4, 2, pool, 8]));
+            for window in [None, Some(4)] {
+                let rows = PoolRows::windowed(&dev, vec![2, 0, 3], positions.to_vec(), window);
+                let masked = masked_pool_attention(&q, &keys, &values, &rows, 0.3);
+                let by_row = TchTensor::pool_attention(&q, &keys, &values, &rows, 0.3);
+                assert_eq!(masked.shape(), vec![3, 4, 1, 8]);
+                close(&masked, &by_row);
+            }
         }
     }
 

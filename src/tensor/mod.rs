@@ -11,6 +11,7 @@ pub mod cpu_gemv;
 pub mod mlx_backend;
 pub mod tch_backend;
 
+use std::cell::OnceCell;
 use std::fmt;
 
 /// Element types the engine computes in.
@@ -106,6 +107,9 @@ pub trait Tensor: Clone + Sized {
     fn device_copy_bandwidth(_device: &Self::Device) -> Option<f64> {
         None
     }
+    /// Waits until `device` has run everything queued on it: stage timings on devices that
+    /// run operations asynchronously (CUDA). A no-op where operations finish as they return.
+    fn synchronize(_device: &Self::Device) {}
 
     fn shape(&self) -> Vec<usize>;
     fn dtype(&self) -> DType;
@@ -251,6 +255,11 @@ pub struct PoolRows<T> {
     pub position_ids: T,
     /// `first`, `[rows]` i64 on the device, where a window makes it other than 0.
     pub first_ids: Option<T>,
+    /// What a backend derives from the rows and reuses in every layer of the step, made at
+    /// first use: its attention mask, and the rows' RoPE table entries (of the one decoder
+    /// that runs the step).
+    pub attention_mask: OnceCell<T>,
+    pub rope_tables: OnceCell<(T, T)>,
 }
 
 impl<T: Tensor> PoolRows<T> {
@@ -284,6 +293,8 @@ impl<T: Tensor> PoolRows<T> {
             slot_ids: ids(&slots),
             position_ids: ids(&positions),
             first_ids: window.map(|_| ids(&first)),
+            attention_mask: OnceCell::new(),
+            rope_tables: OnceCell::new(),
             slots,
             positions,
             first,

@@ -130,32 +130,37 @@ fn widened_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
     Some(y.to_kind(Kind::BFloat16).reshape(y_shape))
 }
 
-/// Cos and sin of every position's angles, `[positions, head_dim / 2]` f32 on the model's
-/// device: a step slices its rows, nothing is computed or copied from the host.
+/// Cos and sin of every position's angles, `[positions, head_dim]` f32 on the model's
+/// device, laid out for [`rotate_pairs`]: each pair's cos twice, its sin as (-sin, sin). A
+/// step slices or gathers its rows; nothing is computed or copied from the host.
 pub struct TchRope {
     cos: tch::Tensor,
     sin: tch::Tensor,
 }
 
-/// Rotates the interleaved pairs of `x` `[b, h, l, d]` by angles whose cos and sin broadcast
-/// to `[b, h, l, d / 2]`, in f32; returned in `x`'s kind.
+/// Rotates the interleaved pairs `(e, o)` of `x` `[b, h, l, d]` by tables from [`TchRope`]
+/// that broadcast to it: `x * cos + swapped(x) * sin`, in f32, returned in `x`'s kind. These
+/// are the products and sums of `(e cos - o sin, o cos + e sin)`, so the same bits, in fewer
+/// kernels (each one a launch on an accelerator).
 fn rotate_pairs(x: &tch::Tensor, cos: &tch::Tensor, sin: &tch::Tensor) -> tch::Tensor {
     let size = x.size();
-    let pairs = x
-        .to_kind(Kind::Float)
-        .reshape([size[0], size[1], size[2], size[3] / 2, 2]);
-    let even = pairs.select(-1, 0);
-    let odd = pairs.select(-1, 1);
-    let out_even = &even * cos - &odd * sin;
-    let out_odd = &even * sin + &odd * cos;
-    tch::Tensor::stack(&[out_even, out_odd], -1)
-        .reshape(&size[..])
-        .to_kind(x.kind())
+    let x32 = x.to_kind(Kind::Float);
+    let swapped = x32
+        .reshape([size[0], size[1], size[2], size[3] / 2, 2])
+        .flip([-1])
+        .reshape(&size[..]);
+    (x32 * cos + swapped * sin).to_kind(x.kind())
 }
 
-/// [`Tensor::pool_attention`] as one call: the rows' slots gathered up to the longest row
-/// and masked outside each row's own positions (past it, and before its window). What accelerators run; tested on the CPU against
-/// the row-by-row path.
+/// Keys a pooled attention reads per row, rounded up to a multiple of this: the attention
+/// then sees a few shapes instead of a new one at each step, and on CUDA each new shape costs
+/// tens of milliseconds the first time (measured: a step of 8 streams took 69 ms the first
+/// time through its lengths, 23 ms the second).
+const POOL_KEYS_BUCKET: usize = 256;
+
+/// [`Tensor::pool_attention`] as one scaled-dot-product attention over every row's slot,
+/// keys beyond a row's own length (or before its window) masked: the path for accelerators,
+/// where one launch for all rows beats a loop of small ones. The mask is made once per step.
 pub fn masked_pool_attention(
     q: &TchTensor,
     keys: &TchTensor,
@@ -163,26 +168,30 @@ pub fn masked_pool_attention(
     rows: &PoolRows<TchTensor>,
     scale: f64,
 ) -> TchTensor {
-    let longest = rows.positions.iter().max().map_or(0, |p| p + 1) as i64;
+    let pool_positions = keys.0.size()[2];
+    let longest = rows.positions.iter().max().map_or(0, |p| p + 1);
+    let longest = (longest.next_multiple_of(POOL_KEYS_BUCKET) as i64).min(pool_positions);
     let gather = |pool: &TchTensor| {
         pool.0
             .narrow(2, 0, longest)
             .index_select(0, &rows.slot_ids.0)
     };
     let (k, v) = (gather(keys), gather(values));
-    // True where a row may attend: positions up to its own, from its window's first.
-    let positions = tch::Tensor::arange(longest, (Kind::Int64, q.0.device())).unsqueeze(0);
-    let mut mask = positions.le_tensor(&rows.position_ids.0.unsqueeze(1));
-    if let Some(first) = &rows.first_ids {
-        mask = mask.logical_and(&positions.ge_tensor(&first.0.unsqueeze(1)));
-    }
-    let mask = mask.reshape([rows.len() as i64, 1, 1, longest]);
+    let mask = rows.attention_mask.get_or_init(|| {
+        // True where a row may attend: positions up to its own, from its window's first.
+        let positions = tch::Tensor::arange(longest, (Kind::Int64, q.0.device())).unsqueeze(0);
+        let mut mask = positions.le_tensor(&rows.position_ids.0.unsqueeze(1));
+        if let Some(first) = &rows.first_ids {
+            mask = mask.logical_and(&positions.ge_tensor(&first.0.unsqueeze(1)));
+        }
+        TchTensor::wrap(mask.reshape([rows.len() as i64, 1, 1, longest]))
+    });
     let gqa = q.0.size()[1] != k.size()[1];
     TchTensor::wrap(tch::Tensor::scaled_dot_product_attention(
         &q.0,
         &k,
         &v,
-        Some(&mask),
+        Some(&mask.0),
         0.0,
         false,
         scale,
@@ -246,6 +255,12 @@ impl Tensor for TchTensor {
 
     fn is_cpu(device: &Device) -> bool {
         *device == Device::Cpu
+    }
+
+    fn synchronize(device: &Device) {
+        if let Device::Cuda(index) = *device {
+            tch::Cuda::synchronize(index as i64);
+        }
     }
 
     /// A 1 GiB copy on a CUDA device, timed between synchronizations; the best of 5.
@@ -394,18 +409,18 @@ impl Tensor for TchTensor {
         let inv_freq: Vec<f32> = (0..half)
             .map(|i| 1.0 / theta.powf((2 * i) as f64 / head_dim as f64) as f32)
             .collect();
-        let mut cos = Vec::with_capacity(positions * half);
-        let mut sin = Vec::with_capacity(positions * half);
+        let mut cos = Vec::with_capacity(positions * head_dim);
+        let mut sin = Vec::with_capacity(positions * head_dim);
         for p in 0..positions {
             for &f in &inv_freq {
                 let angle = p as f32 * f;
-                cos.push(angle.cos());
-                sin.push(angle.sin());
+                cos.extend([angle.cos(); 2]);
+                sin.extend([-angle.sin(), angle.sin()]);
             }
         }
         let table = |v: &[f32]| {
             tch::Tensor::from_slice(v)
-                .reshape([positions as i64, half as i64])
+                .reshape([positions as i64, head_dim as i64])
                 .to_device(*device)
         };
         TchRope {
@@ -416,8 +431,8 @@ impl Tensor for TchTensor {
 
     fn rope_interleaved(&self, rope: &TchRope, start: usize) -> Self {
         let size = self.0.size();
-        let (len, half) = (size[2], size[3] / 2);
-        let table = |t: &tch::Tensor| t.narrow(0, start as i64, len).reshape([1, 1, len, half]);
+        let (len, width) = (size[2], size[3]);
+        let table = |t: &tch::Tensor| t.narrow(0, start as i64, len).reshape([1, 1, len, width]);
         Self::wrap(rotate_pairs(&self.0, &table(&rope.cos), &table(&rope.sin)))
     }
 
@@ -486,14 +501,18 @@ impl Tensor for TchTensor {
 
     fn rope_rows(&self, rope: &TchRope, rows: &PoolRows<Self>) -> Self {
         let size = self.0.size();
-        let half = size[3] / 2;
-        // One gather of each row's table entry on the device: the same values
-        // `rope_interleaved` reads, so the same bits.
-        let table = |t: &tch::Tensor| {
-            t.index_select(0, &rows.position_ids.0)
-                .reshape([size[0], 1, 1, half])
-        };
-        Self::wrap(rotate_pairs(&self.0, &table(&rope.cos), &table(&rope.sin)))
+        // Each row's table entries gathered on the device once per step (every layer rotates
+        // at the same positions): the values `rope_interleaved` reads, so the same bits.
+        let (cos, sin) = rows.rope_tables.get_or_init(|| {
+            let table = |t: &tch::Tensor| {
+                Self::wrap(
+                    t.index_select(0, &rows.position_ids.0)
+                        .reshape([size[0], 1, 1, size[3]]),
+                )
+            };
+            (table(&rope.cos), table(&rope.sin))
+        });
+        Self::wrap(rotate_pairs(&self.0, &cos.0, &sin.0))
     }
 
     fn write_rows(&mut self, rows: &PoolRows<Self>, src: &Self) {
