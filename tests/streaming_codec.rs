@@ -69,6 +69,45 @@ fn chunked_decode_equals_one_shot_for_several_chunk_sizes() {
 }
 
 #[test]
+fn streams_decoded_together_equal_each_decoded_alone() {
+    // What one step of the server decodes at once on an accelerator: streams of different
+    // lengths, each from its own frame (one from the start, one with nothing new, one empty).
+    let _guard = tch::no_grad_guard();
+    for preset in [Preset::Tiny, Preset::TinyOdd] {
+        let model = load(preset, DType::F32);
+        let all = codes(&model, 90);
+        let streams: [(&[Vec<u32>], usize); 5] = [
+            (&all[..90], 61),
+            (&all[..7], 0),
+            (&all[..40], 40),
+            (&all[..33], 29),
+            (&all[..0], 0),
+        ];
+        let together = model.decode_tails_together(&streams).unwrap();
+        assert_eq!(together.len(), streams.len());
+        for ((codes, from), pcm) in streams.iter().zip(&together) {
+            let alone = model.decode_tail(codes, *from).unwrap();
+            assert_eq!(
+                pcm.len(),
+                alone.len(),
+                "{preset:?} {} from {from}",
+                codes.len()
+            );
+            let diff = pcm
+                .iter()
+                .zip(&alone)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            assert!(
+                diff <= 1e-4,
+                "{preset:?} {} frames from {from}: max abs diff {diff}",
+                codes.len()
+            );
+        }
+    }
+}
+
+#[test]
 fn too_little_context_would_differ() {
     // The equality above is not vacuous: decoding a chunk without its context changes it.
     let _guard = tch::no_grad_guard();

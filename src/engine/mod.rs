@@ -125,6 +125,18 @@ pub trait TextToSpeech {
     /// PCM of the session's frames from `from` on. Decoding in pieces gives the same samples
     /// as decoding all frames at once.
     fn decode(&self, session: &Self::Session<'_>, from: usize) -> Result<Vec<f32>, EngineError>;
+    /// [`TextToSpeech::decode`] of several sessions, each from its own frame, in order: what
+    /// one step made due, decoded together where the engine can (one codec pass on an
+    /// accelerator). An error fails every job whose audio was in it.
+    fn decode_many(
+        &self,
+        sessions: &[(&Self::Session<'_>, usize)],
+    ) -> Result<Vec<Vec<f32>>, EngineError> {
+        sessions
+            .iter()
+            .map(|&(session, from)| self.decode(session, from))
+            .collect()
+    }
 }
 
 /// A failure inside the engine (not the input's fault: input was checked when prepared).

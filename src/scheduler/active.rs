@@ -10,13 +10,10 @@ use crate::engine::{EngineError, SpeechSession, StopReason, TextToSpeech};
 use std::collections::VecDeque;
 use std::time::Instant;
 
-/// How a job ended when nothing failed.
-pub(super) enum Ended {
-    Completed(JobSummary),
-    /// The client went away (its receiver was dropped).
-    Cancelled {
-        frames: usize,
-    },
+/// The client went away (its receiver was dropped): the job stops.
+pub(super) struct ClientGone {
+    /// Frames generated for it until then.
+    pub frames: usize,
 }
 
 pub(super) struct ActiveJob<'m, E: TextToSpeech + 'm> {
@@ -97,34 +94,40 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
         if next >= self.job.speech.segments.len() {
             return Ok(false);
         }
-        let session = engine.start_session(&self.job.speech, next)?;
-        self.prompt_tokens += session.prompt_ids().len();
+        let session = self.start_segment(engine, next)?;
         self.ahead.push_back(session);
         Ok(true)
     }
 
-    fn current(&self) -> &E::Session<'m> {
+    /// A session for segment `index`, its prompt tokens counted.
+    fn start_segment(
+        &mut self,
+        engine: &'m E,
+        index: usize,
+    ) -> Result<E::Session<'m>, EngineError> {
+        let session = engine.start_session(&self.job.speech, index)?;
+        self.prompt_tokens += session.prompt_ids().len();
+        Ok(session)
+    }
+
+    /// The current segment's session.
+    pub fn current(&self) -> &E::Session<'m> {
         self.session
             .as_ref()
             .expect("a job runs a session until it ends")
     }
 
-    /// After a batch step: counts the new frame, sends the audio that is due, and moves on to
-    /// the next segment when this one stopped. `Some` once the job has ended.
-    pub fn after_step(
-        &mut self,
-        engine: &'m E,
-        streaming: &StreamSettings,
-    ) -> Result<Option<Ended>, EngineError> {
+    /// After a batch step: counts the current segment's new frames.
+    pub fn count_frames(&mut self) -> Result<(), ClientGone> {
         let frames = self.current().codes().len();
         if frames > self.seen {
             self.frames += frames - self.seen;
             self.metrics.frames.increment((frames - self.seen) as u64);
             self.seen = frames;
             if self.job.events.is_closed() {
-                return Ok(Some(Ended::Cancelled {
+                return Err(ClientGone {
                     frames: self.frames,
-                }));
+                });
             }
             if self.job.options.progress {
                 let _ = self.job.events.send(JobEvent::Progress {
@@ -132,18 +135,36 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
                 });
             }
         }
+        Ok(())
+    }
+
+    /// The frame from which the current segment's audio is due now, if any: the next chunk
+    /// of a streamed response, or the rest once the segment has stopped.
+    pub fn audio_due(&self) -> Option<usize> {
+        let frames = self.current().codes().len();
         let stopped = self.current().stop_reason().is_some();
         let chunk_due = self.job.options.stream && frames >= self.next_chunk;
-        if frames > self.decoded && (chunk_due || stopped) {
-            let pcm = engine.decode(self.current(), self.decoded)?;
-            self.decoded = frames;
-            // Later chunks grow: fewer decodes, each re-reading less context per new frame.
-            self.chunk = (self.chunk * 2).min(streaming.chunk_frames.max(1));
-            self.next_chunk = frames + self.chunk;
-            let joined = self.joiner.extend(&pcm);
-            self.send(joined);
-        }
-        if !stopped {
+        (frames > self.decoded && (chunk_due || stopped)).then_some(self.decoded)
+    }
+
+    /// Sends `pcm`, the audio decoded from [`ActiveJob::audio_due`]'s frame on.
+    pub fn send_audio(&mut self, pcm: &[f32], streaming: &StreamSettings) {
+        self.decoded = self.current().codes().len();
+        // Later chunks grow: fewer decodes, each re-reading less context per new frame.
+        self.chunk = (self.chunk * 2).min(streaming.chunk_frames.max(1));
+        self.next_chunk = self.decoded + self.chunk;
+        let joined = self.joiner.extend(pcm);
+        self.send(joined);
+    }
+
+    /// Once the current segment has stopped (its audio sent): on to the next segment, or
+    /// the job's end (`Some`).
+    pub fn advance(
+        &mut self,
+        engine: &'m E,
+        streaming: &StreamSettings,
+    ) -> Result<Option<JobSummary>, EngineError> {
+        if self.current().stop_reason().is_none() {
             return Ok(None);
         }
         self.keep_codes();
@@ -154,11 +175,7 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
         self.session = None;
         let session = match self.ahead.pop_front() {
             Some(session) => session,
-            None => {
-                let session = engine.start_session(&self.job.speech, self.segment)?;
-                self.prompt_tokens += session.prompt_ids().len();
-                session
-            }
+            None => self.start_segment(engine, self.segment)?,
         };
         self.session = Some(session);
         self.seen = 0;
@@ -186,7 +203,7 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
         }
     }
 
-    fn finish(&mut self) -> Ended {
+    fn finish(&mut self) -> JobSummary {
         let tail = std::mem::replace(&mut self.joiner, SegmentJoiner::new(0)).finish();
         self.send(tail);
         let synthesis_time = self.started.elapsed();
@@ -197,7 +214,7 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
                 .real_time_factor
                 .record(synthesis_time.as_secs_f64() / audio_seconds);
         }
-        Ended::Completed(JobSummary {
+        JobSummary {
             prompt_tokens: self.prompt_tokens,
             frames: self.frames,
             stop: self
@@ -206,7 +223,7 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
                 .unwrap_or(StopReason::MaxFrames),
             synthesis_time,
             codes: std::mem::take(&mut self.codes),
-        })
+        }
     }
 
     fn send(&mut self, pcm: Vec<f32>) {

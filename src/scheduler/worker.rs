@@ -1,7 +1,7 @@
 //! The inference worker: a plain thread that loads one model, then runs queued jobs with
 //! continuous batching. The async runtime never runs model code.
 
-use super::active::{ActiveJob, Ended};
+use super::active::{ActiveJob, ClientGone};
 use super::job::{JobError, JobEvent, SpeechJob};
 use super::queue::JobQueue;
 use super::{metric_names, ModelMetrics};
@@ -332,9 +332,28 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
             }
             return;
         }
-        let streaming = &self.settings.streaming;
         let mut running = Vec::with_capacity(self.active.len());
         for mut active in self.active.drain(..) {
+            match active.count_frames() {
+                Ok(()) => running.push(active),
+                Err(ClientGone { frames }) => {
+                    metrics.job("cancelled");
+                    tracing::info!(frames, "client gone: job stopped");
+                }
+            }
+        }
+        let mut audio = self.decode_due(&running);
+        let streaming = &self.settings.streaming;
+        let mut still_running = Vec::with_capacity(running.len());
+        for (mut active, pcm) in running.into_iter().zip(audio.drain(..)) {
+            let pcm = match pcm {
+                Some(Err((error, outcome))) => {
+                    fail(metrics, &active.job, error, outcome);
+                    continue;
+                }
+                Some(Ok(pcm)) => Some(pcm),
+                None => None,
+            };
             let result = catch_unwind(AssertUnwindSafe(|| {
                 #[cfg(debug_assertions)]
                 if let Some(trigger) = &self.settings.panic_on_input {
@@ -342,17 +361,16 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
                         panic!("test_panic_on_input matched this request's input");
                     }
                 }
-                active.after_step(engine, streaming)
+                if let Some(pcm) = pcm {
+                    active.send_audio(&pcm, streaming);
+                }
+                active.advance(engine, streaming)
             }));
             match result {
-                Ok(Ok(None)) => running.push(active),
-                Ok(Ok(Some(Ended::Completed(summary)))) => {
+                Ok(Ok(None)) => still_running.push(active),
+                Ok(Ok(Some(summary))) => {
                     metrics.job("completed");
                     let _ = active.job.events.send(JobEvent::Done(summary));
-                }
-                Ok(Ok(Some(Ended::Cancelled { frames }))) => {
-                    metrics.job("cancelled");
-                    tracing::info!(frames, "client gone: job stopped");
                 }
                 Ok(Err(e)) => fail(metrics, &active.job, JobError::Engine(e), "failed"),
                 Err(panic) => {
@@ -367,9 +385,55 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
                 }
             }
         }
-        self.active = running;
+        self.active = still_running;
+    }
+
+    /// The audio this step made due, per job in order: every due job's decoded together
+    /// (one codec pass on an accelerator), `None` where nothing is due. A failed decode
+    /// fails the jobs that were in it.
+    fn decode_due(&self, running: &[ActiveJob<'m, E>]) -> Vec<Option<DecodedAudio>> {
+        let mut audio: Vec<Option<DecodedAudio>> = running.iter().map(|_| None).collect();
+        let due: Vec<(usize, usize)> = running
+            .iter()
+            .enumerate()
+            .filter_map(|(i, active)| active.audio_due().map(|from| (i, from)))
+            .collect();
+        if due.is_empty() {
+            return audio;
+        }
+        let decoded = catch_unwind(AssertUnwindSafe(|| {
+            let sessions: Vec<_> = due
+                .iter()
+                .map(|&(i, from)| (running[i].current(), from))
+                .collect();
+            self.engine.decode_many(&sessions)
+        }));
+        match decoded {
+            Ok(Ok(pcm)) => {
+                for ((i, _), pcm) in due.into_iter().zip(pcm) {
+                    audio[i] = Some(Ok(pcm));
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::error!(message = %e.0, jobs = due.len(), "decoding failed");
+                for (i, _) in due {
+                    audio[i] = Some(Err((JobError::Engine(EngineError(e.0.clone())), "failed")));
+                }
+            }
+            Err(panic) => {
+                let message = panic_message(&*panic);
+                tracing::error!(%message, jobs = due.len(), "decoding panicked");
+                for (i, _) in due {
+                    audio[i] = Some(Err((JobError::Panicked(message.clone()), "panicked")));
+                }
+            }
+        }
+        audio
     }
 }
+
+/// A job's decoded audio, or why it failed and the outcome metric of that.
+type DecodedAudio = Result<Vec<f32>, (JobError, &'static str)>;
 
 fn fail(metrics: &ModelMetrics, job: &SpeechJob, error: JobError, outcome: &'static str) {
     metrics.job(outcome);

@@ -284,7 +284,7 @@ impl<T: Tensor> Codec<T> {
         if codes.is_empty() {
             return Ok(Vec::new());
         }
-        Ok(self.forward(&self.latent(codes)).to_vec_f32())
+        Ok(self.forward(&self.latent(codes, 1)).to_vec_f32())
     }
 
     /// Frames of left context after which earlier frames cannot change the output: the
@@ -314,8 +314,62 @@ impl<T: Tensor> Codec<T> {
         Ok(pcm[skip..].to_vec())
     }
 
-    /// `[1, frames, semantic_dim + n_acoustic]`: table rows | FSQ levels mapped to [-1, 1].
-    fn latent(&self, codes: &[Vec<u32>]) -> T {
+    /// [`Codec::decode_tail`] of several streams in one pass (one product per weight for
+    /// all of them, as the decode step does): each stream's frames, its context included,
+    /// are padded on the right to the longest with copies of its last frame. The codec is
+    /// causal, so the padding changes none of a stream's own samples, which come out equal to
+    /// its `decode_tail` up to the summation order of batched products.
+    pub fn decode_tails(
+        &self,
+        streams: &[(&[Vec<u32>], usize)],
+    ) -> Result<Vec<Vec<f32>>, CodecError> {
+        let context = self.context_frames();
+        let spans: Vec<(&[Vec<u32>], usize)> = streams
+            .iter()
+            .map(|&(codes, from)| {
+                let start = from.saturating_sub(context);
+                (&codes[start..], from - start)
+            })
+            .collect();
+        for (codes, _) in &spans {
+            self.validate(codes)?;
+        }
+        let longest = spans
+            .iter()
+            .map(|(codes, _)| codes.len())
+            .max()
+            .unwrap_or(0);
+        if longest == 0 {
+            return Ok(vec![Vec::new(); streams.len()]);
+        }
+        let padded: Vec<Vec<u32>> = spans
+            .iter()
+            .flat_map(|(codes, _)| {
+                // A stream with nothing to decode gets any valid frame: its row is discarded.
+                let last = codes.last().map_or_else(|| self.silent_frame(), Vec::clone);
+                let padding = std::iter::repeat_n(last, longest - codes.len());
+                codes.iter().cloned().chain(padding)
+            })
+            .collect();
+        let pcm = self
+            .forward(&self.latent(&padded, spans.len()))
+            .to_vec_f32();
+        let per_frame = pcm.len() / (spans.len() * longest);
+        Ok(pcm
+            .chunks_exact(per_frame * longest)
+            .zip(&spans)
+            .map(|(row, (codes, skip))| row[skip * per_frame..codes.len() * per_frame].to_vec())
+            .collect())
+    }
+
+    /// The lowest valid code of every codebook.
+    fn silent_frame(&self) -> Vec<u32> {
+        vec![NUM_AUDIO_SPECIAL_CODES as u32; 1 + self.n_acoustic]
+    }
+
+    /// `[streams, frames / streams, semantic_dim + n_acoustic]` of `codes` (the streams'
+    /// frames one after another): table rows | FSQ levels mapped to [-1, 1].
+    fn latent(&self, codes: &[Vec<u32>], streams: usize) -> T {
         let t = codes.len();
         let special = NUM_AUDIO_SPECIAL_CODES as u32;
         let ids: Vec<i64> = codes.iter().map(|f| (f[0] - special) as i64).collect();
@@ -334,7 +388,7 @@ impl<T: Tensor> Codec<T> {
         let acoustic = T::from_f32(&self.device, &acoustic, &[t, self.n_acoustic], DType::F32);
         T::cat(&[&semantic, &acoustic], 1)
             .to_dtype(self.dtype)
-            .reshape(&[1, t, self.latent_width()])
+            .reshape(&[streams, t / streams, self.latent_width()])
     }
 
     fn latent_width(&self) -> usize {
@@ -353,8 +407,8 @@ impl<T: Tensor> Codec<T> {
             }
         }
         let y = self.output_proj.forward(&x);
-        let frames = y.shape()[1];
-        y.reshape(&[frames * self.patch])
+        let shape = y.shape();
+        y.reshape(&[shape[0], shape[1] * self.patch])
     }
 }
 

@@ -69,4 +69,16 @@ impl<T: Tensor> TextToSpeech for Voxtral<T> {
         self.decode_tail(session.frames(), from)
             .map_err(|e| EngineError(e.to_string()))
     }
+
+    fn decode_many(
+        &self,
+        sessions: &[(&Generation<'_, T>, usize)],
+    ) -> Result<Vec<Vec<f32>>, EngineError> {
+        let streams: Vec<(&[Vec<u32>], usize)> = sessions
+            .iter()
+            .map(|&(session, from)| (session.frames(), from))
+            .collect();
+        self.decode_tails(&streams)
+            .map_err(|e| EngineError(e.to_string()))
+    }
 }

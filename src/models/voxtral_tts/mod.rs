@@ -353,6 +353,31 @@ impl<T: Tensor> Voxtral<T> {
         self.codec.decode_tail(codes, from)
     }
 
+    /// [`Voxtral::decode_tail`] of several streams: on an accelerator in one codec pass for
+    /// all; on the CPU one at a time, so that a stream's audio stays bit for bit what it is
+    /// alone (batched products sum in another order).
+    pub fn decode_tails(
+        &self,
+        streams: &[(&[Vec<u32>], usize)],
+    ) -> Result<Vec<Vec<f32>>, CodecError> {
+        if T::is_cpu(&self.device) {
+            streams
+                .iter()
+                .map(|&(codes, from)| self.decode_tail(codes, from))
+                .collect()
+        } else {
+            self.decode_tails_together(streams)
+        }
+    }
+
+    /// [`Voxtral::decode_tails`] in one codec pass whatever the device.
+    pub fn decode_tails_together(
+        &self,
+        streams: &[(&[Vec<u32>], usize)],
+    ) -> Result<Vec<Vec<f32>>, CodecError> {
+        self.codec.decode_tails(streams)
+    }
+
     /// Generations that can start now (free KV slots).
     pub fn free_slots(&self) -> usize {
         self.kv.borrow().free_slots()
