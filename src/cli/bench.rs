@@ -97,8 +97,10 @@ fn engine_options(args: &BenchArgs, dir: &std::path::Path) -> Result<EngineOptio
 
 fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Result<()> {
     let started = Instant::now();
-    let model = Voxtral::<T>::load_for(&dir, device, args.dtype, &engine_options(args, &dir)?)
+    let mut model = Voxtral::<T>::load_for(&dir, device, args.dtype, &engine_options(args, &dir)?)
         .context("loading the model")?;
+    // Each stage's own time, also on devices that queue work (the server does not wait).
+    model.synchronize_stages(true);
     let load = started.elapsed();
     let voice = model.voices().next().context("no voices")?.to_string();
 
@@ -106,7 +108,7 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
     let warm = SynthesisRequest {
         text: args.text.clone(),
         voice: voice.clone(),
-        max_frames: 2,
+        max_frames: 8,
         noise: Noise::Seeded {
             seed: 0,
             scale: 1.0,
@@ -162,27 +164,12 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
     } else {
         1
     };
-    let kernel = Variant::active();
-    let has: Vec<&str> = Variant::ALL
-        .iter()
-        .filter(|v| **v != Variant::Portable && v.supported())
-        .map(|v| v.name())
-        .collect();
-    println!(
-        "kernel     {kernel} (this CPU supports: {}; VOXTRAL_CPU_KERNEL picks another)",
-        if has.is_empty() {
-            "portable only".to_string()
-        } else {
-            has.join(", ")
-        }
-    );
-    let peak = peak_f32_flops(kernel, threads);
-    if let Some(peak) = peak {
-        println!(
-            "peak       {:.1} GFLOP/s f32 FMA ({threads} threads, the {kernel} kernel's vector width)",
-            peak / 1e9
-        );
-    }
+    // The CPU kernel and its peak say nothing of an accelerator's products.
+    let peak = if T::is_cpu(device) {
+        cpu_kernel_and_peak(threads)
+    } else {
+        None
+    };
     println!("load       {:.0} ms", ms(load));
     let prefill = ms(total.prefill) / runs as f64;
     println!(
@@ -234,6 +221,32 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
     batch_steps(args, &model, &voice, peak)
 }
 
+/// Prints the CPU kernel in use and its f32 FMA peak on `threads` threads; the peak.
+fn cpu_kernel_and_peak(threads: usize) -> Option<f64> {
+    let kernel = Variant::active();
+    let has: Vec<&str> = Variant::ALL
+        .iter()
+        .filter(|v| **v != Variant::Portable && v.supported())
+        .map(|v| v.name())
+        .collect();
+    println!(
+        "kernel     {kernel} (this CPU supports: {}; VOXTRAL_CPU_KERNEL picks another)",
+        if has.is_empty() {
+            "portable only".to_string()
+        } else {
+            has.join(", ")
+        }
+    );
+    let peak = peak_f32_flops(kernel, threads);
+    if let Some(peak) = peak {
+        println!(
+            "peak       {:.1} GFLOP/s f32 FMA ({threads} threads, the {kernel} kernel's vector width)",
+            peak / 1e9
+        );
+    }
+    peak
+}
+
 /// `"; products at X GFLOP/s, Y% of the f32 FMA peak"` for `multiply_adds` done in
 /// `time`, or nothing when none were counted.
 fn arithmetic_rate(multiply_adds: u64, time: Duration, peak: Option<f64>) -> String {
@@ -259,18 +272,15 @@ fn batch_steps<T: Tensor>(
     for &streams in &args.batch {
         anyhow::ensure!(streams > 0, "--batch: sizes must be at least 1");
         let mut running = (0..streams)
-            .map(|i| {
-                model.start(&SynthesisRequest {
-                    text: args.text.clone(),
-                    voice: voice.to_string(),
-                    max_frames: args.frames,
-                    noise: Noise::Seeded {
-                        seed: i as u64,
-                        scale: 1.0,
-                    },
-                })
-            })
+            .map(|i| model.start(&stream_request(args, voice, i)))
             .collect::<Result<Vec<_>, _>>()?;
+        // Untimed: the first steps of a batch size pay one-time costs (on CUDA, loading the
+        // kernels its shapes pick and the libraries' choices for them).
+        for _ in 0..WARM_UP_STEPS {
+            Generation::step_batch(&mut running.iter_mut().collect::<Vec<_>>());
+        }
+        let warm = running[0].times();
+        let warm_frames: usize = running.iter().map(|g| g.frames().len()).sum();
         let (started, before) = (Instant::now(), linear_multiply_adds());
         let mut steps = 0;
         while running.iter().any(|g| g.stop_reason().is_none()) {
@@ -279,27 +289,100 @@ fn batch_steps<T: Tensor>(
         }
         let generated = started.elapsed();
         let rate = arithmetic_rate(linear_multiply_adds() - before, generated, peak);
-        // Each stream's audio decoded once, as the server does for a file response.
-        let decoding = Instant::now();
+        // Each stream's audio decoded once, as for a file response: one stream at a time,
+        // then all in one codec pass (what the server's step does on an accelerator); each
+        // way once untimed first.
+        let streams_codes: Vec<(&[Vec<u32>], usize)> =
+            running.iter().map(|g| (g.frames(), 0)).collect();
+        model.decode_tails_together(&streams_codes)?;
         for g in &running {
             model.decode(g.frames())?;
         }
-        let codec = decoding.elapsed();
-        let frames: usize = running.iter().map(|g| g.frames().len()).sum();
+        let decoding = Instant::now();
+        let one_by_one = running
+            .iter()
+            .map(|g| model.decode(g.frames()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let codec_one_by_one = decoding.elapsed();
+        let decoding = Instant::now();
+        let together = model.decode_tails_together(&streams_codes)?;
+        let codec_together = decoding.elapsed();
+        let codec_diff = one_by_one
+            .iter()
+            .flatten()
+            .zip(together.iter().flatten())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        let frames: usize = running.iter().map(|g| g.frames().len()).sum::<usize>() - warm_frames;
         let times = running[0].times();
+        let (backbone, flow_head) = (
+            times.backbone - warm.backbone,
+            times.flow_head - warm.flow_head,
+        );
         let per_step = |d: Duration| ms(d) / steps as f64;
         let fps = frames as f64 / generated.as_secs_f64();
         let ratio = fps / *one_stream.get_or_insert(fps);
         println!(
-            "batch {streams:>3}  {:.1} ms/step (backbone {:.1}, flow head {:.1}; then codec {:.1} per step, each stream decoded once), {frames} frames in {steps} steps: {fps:.2} frames/s, {ratio:.2}x batch {}{rate}",
+            "batch {streams:>3}  {:.1} ms/step (backbone {:.1}, flow head {:.1}), {frames} frames in {steps} steps: {fps:.2} frames/s, {ratio:.2}x batch {}{rate}",
             per_step(generated),
-            per_step(times.backbone),
-            per_step(times.flow_head),
-            per_step(codec),
+            per_step(backbone),
+            per_step(flow_head),
             args.batch[0],
         );
+        println!(
+            "  codec per step, each stream decoded once: {:.1} ms one stream at a time, {:.1} ms all in one pass (max |diff| {codec_diff:.1e})",
+            per_step(codec_one_by_one),
+            per_step(codec_together),
+        );
+        if streams > 1 {
+            // The batch's slots must be free for the streams to run alone.
+            let batched: Vec<Vec<Vec<u32>>> = running.iter().map(|g| g.frames().to_vec()).collect();
+            drop(running);
+            let checked = [0, streams - 1].map(|i| {
+                let alone = codes_alone(model, &stream_request(args, voice, i))?;
+                Ok::<_, anyhow::Error>(format!(
+                    "stream {i}: {} of {} frames",
+                    leading_equal(&batched[i], &alone),
+                    alone.len().max(batched[i].len())
+                ))
+            });
+            let [first, last] = checked;
+            println!(
+                "  batched == alone (codes equal from the start; f32 equals in full on the CPU): {}, {}",
+                first?, last?
+            );
+        }
     }
     Ok(())
+}
+
+/// Steps a `--batch` run takes before it starts timing.
+const WARM_UP_STEPS: usize = 3;
+
+/// Stream `index` of a `--batch` run: its own seed, `--frames` timed frames at most after
+/// the warm-up's.
+fn stream_request(args: &BenchArgs, voice: &str, index: usize) -> SynthesisRequest {
+    SynthesisRequest {
+        text: args.text.clone(),
+        voice: voice.to_string(),
+        max_frames: args.frames + WARM_UP_STEPS,
+        noise: Noise::Seeded {
+            seed: index as u64,
+            scale: 1.0,
+        },
+    }
+}
+
+/// The codes of `request` generated with no other stream in the step.
+fn codes_alone<T: Tensor>(model: &Voxtral<T>, request: &SynthesisRequest) -> Result<Vec<Vec<u32>>> {
+    let mut generation = model.start(request)?;
+    while generation.next_frame().is_some() {}
+    Ok(generation.frames().to_vec())
+}
+
+/// How many frames two runs share from the first on.
+fn leading_equal(a: &[Vec<u32>], b: &[Vec<u32>]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// Weight bytes one frame must read: each backbone layer once; each flow-head layer once per

@@ -98,6 +98,10 @@ pub struct Voxtral<T: Tensor> {
     dtype: DType,
     /// Prompt tokens an engine-interface session prefills per step.
     prefill_chunk: usize,
+    /// Wait for the device at the end of each stage, so that `StageTimes` holds each stage's
+    /// device time rather than the time to queue it (benchmarks on CUDA; off when serving,
+    /// where the host queues the flow head while the device still runs the backbone).
+    synchronized_stages: bool,
     /// The memory-mapped checkpoint the weights point into; declared last so it outlives them.
     _weights: Vec<Arc<memmap2::Mmap>>,
 }
@@ -202,7 +206,21 @@ impl<T: Tensor> Voxtral<T> {
             device: device.clone(),
             dtype,
             prefill_chunk: options.prefill_chunk_tokens.max(1),
+            synchronized_stages: false,
         })
+    }
+
+    /// Makes `StageTimes` count each stage's device time: the device is waited for after
+    /// every stage (see `synchronized_stages`).
+    pub fn synchronize_stages(&mut self, on: bool) {
+        self.synchronized_stages = on;
+    }
+
+    /// The end of a timed stage.
+    fn stage_done(&self) {
+        if self.synchronized_stages {
+            T::synchronize(&self.device);
+        }
     }
 
     pub fn voices(&self) -> impl Iterator<Item = &str> {
@@ -526,6 +544,7 @@ impl<T: Tensor> Generation<'_, T> {
             .backbone
             .forward(&chunk, &mut kv, &mut [&mut self.slot]);
         p.done += len;
+        self.model.stage_done();
         if p.done == total {
             let dim = self.model.config.args.dim;
             self.hidden = Some(hidden.narrow(1, len - 1, 1).reshape(&[1, dim]));
@@ -570,6 +589,7 @@ impl<T: Tensor> Generation<'_, T> {
                 .map(|g| &mut g.slot)
                 .collect();
             let hidden = m.backbone.forward(&x, &mut m.kv.borrow_mut(), &mut slots);
+            m.stage_done();
             let elapsed = started.elapsed();
             let feeding = active.iter_mut().filter(|g| !g.frames.is_empty());
             for (row, g) in feeding.enumerate() {
