@@ -210,7 +210,10 @@ fn the_gpu_overlay_scales_on_metrics_the_server_exports() {
         ]
     );
     let container = check_deployment(&objects);
-    assert_eq!(env_value(&env_of(&container), "VOXTRAL_DEVICE"), "cuda");
+    let env = env_of(&container);
+    assert_eq!(env_value(&env, "VOXTRAL_DEVICE"), "cuda");
+    assert_eq!(env_value(&env, "VOXTRAL_MAX_BATCH_SIZE"), "32");
+    assert_eq!(env_value(&env, "VOXTRAL_KV_CACHE_BUDGET_MIB"), "8192");
     assert_eq!(container["resources"]["limits"]["nvidia.com/gpu"], json!(1));
 
     let service = only(&objects, "Service");
