@@ -333,6 +333,28 @@ fn cloned_voices_over_http() {
     assert_ne!(speak(json!({"id": both})), with_one);
     assert_ne!(speak(json!("alloy")), with_one);
 
+    // A voice given a language speaks it when a request names none (the audio of the voice
+    // asked for in French); the list shows it, and a request's own language still wins.
+    let french = common::upload_voice(&server, &[("name", "one"), ("language", "FR")], &[&low]);
+    french.assert_ok();
+    assert_eq!(french.json()["language"], "fr");
+    let french = french.json()["id"].as_str().unwrap().to_string();
+    assert_ne!(french, one);
+    let in_french = speak(json!({"id": french}));
+    assert_ne!(in_french, with_one);
+    let asked = server.speech(speech(json!({"id": one}), json!({"language": "fr"})));
+    assert_eq!(pcm_samples(&asked), in_french);
+    let asked = server.speech(speech(json!({"id": french}), json!({"language": "en"})));
+    assert_eq!(pcm_samples(&asked), with_one);
+    let listed = server.get("/v1/audio/voices").json();
+    let listed = listed["data"].as_array().unwrap();
+    let entry = listed.iter().find(|v| v["id"] == french.as_str()).unwrap();
+    assert_eq!(entry["language"], "fr");
+    let (_, param, _) =
+        common::upload_voice(&server, &[("name", "x"), ("language", "klingon")], &[&low])
+            .error(400);
+    assert_eq!(param.as_deref(), Some("language"));
+
     // A clip too short for a conditioning chunk is refused, naming the field.
     let (_, param, _) = upload(&server, "short", &[&chirp(200.0, 0.2)]).error(400);
     assert_eq!(param.as_deref(), Some("audio_sample"));

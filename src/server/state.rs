@@ -202,6 +202,7 @@ mod tests {
             model: "base".into(),
             family: "qwen3-tts".into(),
             transcript: None,
+            language: None,
             audio_seconds: 2.0,
             source_sha256: "sha".into(),
         };

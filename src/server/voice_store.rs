@@ -38,6 +38,10 @@ pub struct VoiceMeta {
     pub family: String,
     /// The reference clip's transcript, for models that clone in context.
     pub transcript: Option<String>,
+    /// The language speech with this voice is in when a request names none (one of the
+    /// model's, BCP 47).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
     /// Length of the reference clip.
     pub audio_seconds: f32,
     /// sha256 of the decoded clip and the settings it was computed with: the same upload
@@ -110,14 +114,14 @@ impl VoiceStore {
 
     /// Stores a new voice under a fresh id (the given meta's `id` and `created_at` are
     /// replaced) and returns its metadata; returns the stored voice instead when one has the
-    /// same model, name and source (see [`Self::find_same`]).
+    /// same model, name, source and language (see [`Self::find_same`]).
     pub fn create(
         &self,
         mut meta: VoiceMeta,
         tensors: &VoiceTensors,
     ) -> Result<VoiceMeta, VoiceStoreError> {
         let _creating = self.creating.lock().unwrap();
-        if let Some(same) = self.find_same(&meta.model, &meta.source_sha256, &meta.name) {
+        if let Some(same) = self.find_same(&meta) {
             return Ok(same);
         }
         let count = self.voices.read().unwrap().len();
@@ -167,11 +171,16 @@ impl VoiceStore {
 
     /// The voice named `name` that `model` computed from the same clip and settings: an
     /// upload made again gets it back.
-    pub fn find_same(&self, model: &str, source_sha256: &str, name: &str) -> Option<VoiceMeta> {
+    pub fn find_same(&self, upload: &VoiceMeta) -> Option<VoiceMeta> {
         let voices = self.voices.read().unwrap();
         voices
             .values()
-            .find(|v| v.model == model && v.source_sha256 == source_sha256 && v.name == name)
+            .find(|v| {
+                v.model == upload.model
+                    && v.source_sha256 == upload.source_sha256
+                    && v.name == upload.name
+                    && v.language == upload.language
+            })
             .cloned()
     }
 
@@ -299,6 +308,7 @@ mod tests {
             model: "qwen3".into(),
             family: "qwen3-tts".into(),
             transcript: Some("Hello.".into()),
+            language: None,
             audio_seconds: 3.5,
             source_sha256: format!("sha-{name}"),
         }
@@ -415,18 +425,29 @@ mod tests {
         let again = store.create(meta("alice"), &tensors()).unwrap();
         assert_eq!(again, first);
         assert_eq!(
-            store.find_same("qwen3", "sha-alice", "alice").map(|v| v.id),
+            store.find_same(&meta("alice")).map(|v| v.id),
             Some(first.id.clone())
         );
-        // Another name is another voice, even from the same clip.
+        // Another name is another voice, even from the same clip; so is another language.
         let renamed = VoiceMeta {
             name: "bob".into(),
             ..meta("alice")
         };
         let bob = store.create(renamed, &tensors()).unwrap();
         assert_ne!(bob.id, first.id);
-        assert_eq!(store.list().len(), 2);
-        assert_eq!(store.find_same("qwen3", "sha-alice", "carol"), None);
+        let french = VoiceMeta {
+            language: Some("fr".into()),
+            ..meta("alice")
+        };
+        let french = store.create(french, &tensors()).unwrap();
+        assert_ne!(french.id, first.id);
+        assert_eq!(french.language.as_deref(), Some("fr"));
+        assert_eq!(store.list().len(), 3);
+        let carol = VoiceMeta {
+            name: "carol".into(),
+            ..meta("alice")
+        };
+        assert_eq!(store.find_same(&carol), None);
     }
 
     #[test]

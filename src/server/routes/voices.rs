@@ -44,10 +44,11 @@ pub struct Voice {
     /// The preset's name again, or the custom voice's name (what voice pickers show).
     #[schema(example = "casual_female")]
     name: String,
-    /// BCP 47 language code (null for a custom voice and for a preset not named like the
+    /// BCP 47 language code: a preset's, or the one a custom voice speaks in when a request
+    /// names none (null when it was given none, and for a preset not named like the
     /// published ones).
     #[schema(example = "en")]
-    language: Option<&'static str>,
+    language: Option<String>,
     #[schema(example = "English")]
     language_name: Option<&'static str>,
     /// `female` or `male`.
@@ -82,7 +83,7 @@ impl Voice {
         Voice {
             id: meta.id,
             name: meta.name,
-            language: None,
+            language: meta.language,
             language_name: None,
             gender: None,
             aliases: Vec::new(),
@@ -120,7 +121,7 @@ pub async fn list_voices(
     let presets = card.voices.iter().map(|v| Voice {
         id: v.name.clone(),
         name: v.name.clone(),
-        language: v.language,
+        language: v.language.map(str::to_string),
         language_name: v.language_name,
         gender: v.gender,
         aliases: aliases_of(&v.name, card),

@@ -191,6 +191,10 @@ pub(crate) async fn prepare(
     tokio::task::spawn_blocking(move || {
         if let Some(id) = custom_voice {
             let (meta, tensors) = app.custom_voice(&model_id, &id)?;
+            // A request that names no language speaks the voice's, when it was given one.
+            if input.conditioning.language.is_none() {
+                input.conditioning.language = meta.language;
+            }
             input.conditioning.custom_voice = Some(Arc::new(CustomVoice {
                 id,
                 transcript: meta.transcript,

@@ -32,6 +32,7 @@ struct Form {
     name: Option<String>,
     transcript: Option<String>,
     model: Option<String>,
+    language: Option<String>,
 }
 
 /// A form whose text fields are valid.
@@ -41,6 +42,8 @@ struct Upload {
     /// `None` for a blank transcript: the voice is then the speaker embedding alone.
     transcript: Option<String>,
     model: Option<String>,
+    /// As sent (checked against the model's languages once the model is known).
+    language: Option<String>,
 }
 
 async fn read_form(mut multipart: Multipart) -> Result<Form, ApiError> {
@@ -64,6 +67,7 @@ async fn read_form(mut multipart: Multipart) -> Result<Form, ApiError> {
             "name" => form.name = Some(value),
             "transcript" => form.transcript = Some(value),
             "model" => form.model = Some(value),
+            "language" => form.language = Some(value),
             // Other fields (OpenAI's `consent`, for one) are accepted and ignored.
             _ => {}
         }
@@ -103,7 +107,33 @@ fn check_fields(form: &Form) -> Result<Upload, ApiError> {
         name: name.to_string(),
         transcript: transcript.map(str::to_string),
         model: form.model.clone().filter(|m| !m.is_empty()),
+        language: form
+            .language
+            .as_deref()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_string),
     })
+}
+
+/// The model's spelling of `requested` among its `languages` (BCP 47): the same code in any
+/// case, or a regional variant of one (`en-US` for `en`).
+fn model_language(languages: &[String], requested: &str) -> Result<String, ApiError> {
+    let primary = requested.split(['-', '_']).next().unwrap_or(requested);
+    languages
+        .iter()
+        .find(|l| l.eq_ignore_ascii_case(requested))
+        .or_else(|| languages.iter().find(|l| l.eq_ignore_ascii_case(primary)))
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "language",
+                format!(
+                    "the model does not speak '{requested}'; it speaks: {}",
+                    languages.join(", ")
+                ),
+            )
+        })
 }
 
 /// sha256 of what determines a voice's tensors: the model, the clips as the encoder reads
@@ -172,12 +202,13 @@ async fn blocking<T: Send + 'static>(
 /// A multipart form: `audio_sample` (the clip: WAV, MP3, FLAC, Ogg or WebM, any rate, resampled
 /// to the model's; a family that averages several clips takes the field repeated), `name`,
 /// optionally `transcript` (what the clip says: the model then clones in context, closer to
-/// the clip) and `model` (a served model's id; the default model when absent). Use the voice
+/// the clip), `language` (one of the model's, BCP 47: speech with the voice is in it when a
+/// request names none) and `model` (a served model's id; the default model when absent). Use the voice
 /// in speech requests as `"voice": {"id": "voice_..."}`. The same clip, transcript and model
 /// under the same name returns the voice already stored. Only models that clone accept it
 /// (Qwen3-TTS Base); the voice is kept in the server's voices folder across restarts.
 #[utoipa::path(post, path = "/v1/audio/voices", tag = "audio", security(("api_key" = [])),
-    request_body(content_type = "multipart/form-data", description = "audio_sample, name, transcript, model"),
+    request_body(content_type = "multipart/form-data", description = "audio_sample, name, transcript, language, model"),
     responses(
         (status = 200, description = "The voice", body = Voice),
         (status = 400, description = "A missing field, an undecodable, too short or too long clip, a model that cannot clone, or the most voices stored", body = ErrorResponse),
@@ -196,6 +227,11 @@ pub async fn create_voice(
         None => app.default_model(),
     };
     let card = served.loaded()?;
+    let language = upload
+        .language
+        .as_deref()
+        .map(|l| model_language(&card.card.languages, l))
+        .transpose()?;
     let encoder = app
         .voice_encoder(&served.id)
         .ok_or_else(|| ApiError::internal("the model has no voice-encoding thread"))?;
@@ -238,13 +274,24 @@ pub async fn create_voice(
         &clips,
         upload.transcript.as_deref(),
     );
+    let audio_seconds = clips.iter().map(Vec::len).sum::<usize>() as f32 / sample_rate as f32;
+    let meta = VoiceMeta {
+        id: String::new(),
+        name: upload.name,
+        created_at: 0,
+        model: served.id.clone(),
+        family: card.card.family.to_string(),
+        transcript: upload.transcript,
+        language,
+        audio_seconds,
+        source_sha256: source,
+    };
     let store = app.voices.clone();
-    if let Some(same) = store.find_same(&served.id, &source, &upload.name) {
+    if let Some(same) = store.find_same(&meta) {
         return Ok(Json(Voice::custom(same)));
     }
-    let audio_seconds = clips.iter().map(Vec::len).sum::<usize>() as f32 / sample_rate as f32;
     // Another name for a voice already computed: its tensors are reused.
-    let computed = match store.find_source(&served.id, &source) {
+    let computed = match store.find_source(&served.id, &meta.source_sha256) {
         Some(other) => {
             let store = store.clone();
             blocking(move || store.tensors(&other.id)).await?.ok()
@@ -253,17 +300,7 @@ pub async fn create_voice(
     };
     let tensors = match computed {
         Some(tensors) => tensors,
-        None => encode(encoder, clips, upload.transcript.clone()).await?,
-    };
-    let meta = VoiceMeta {
-        id: String::new(),
-        name: upload.name,
-        created_at: 0,
-        model: served.id.clone(),
-        family: card.card.family.to_string(),
-        transcript: upload.transcript,
-        audio_seconds,
-        source_sha256: source,
+        None => encode(encoder, clips, meta.transcript.clone()).await?,
     };
     let stored = blocking(move || store.create(meta, &tensors))
         .await?
@@ -313,6 +350,7 @@ mod tests {
             name: name.map(str::to_string),
             transcript: transcript.map(str::to_string),
             model: Some(String::new()),
+            language: Some(" fr-FR ".into()),
         }
     }
 
@@ -329,6 +367,7 @@ mod tests {
                 name: "Alice".into(),
                 transcript: Some("Hello.".into()),
                 model: None,
+                language: Some("fr-FR".into()),
             }
         );
         let blank = check_fields(&form(Some("a"), Some(" \n"), 1)).unwrap();
@@ -343,6 +382,24 @@ mod tests {
         ] {
             let e = check_fields(&form).unwrap_err();
             assert_eq!(param(e), (bad, Some(field.to_string())));
+        }
+    }
+
+    #[test]
+    fn a_language_is_one_of_the_models_in_its_spelling() {
+        let languages = ["en".to_string(), "fr".into(), "zh-cn".into()];
+        for (requested, spoken) in [
+            ("fr", "fr"),
+            ("FR", "fr"),
+            ("fr-CA", "fr"),
+            ("zh-CN", "zh-cn"),
+        ] {
+            assert_eq!(model_language(&languages, requested).unwrap(), spoken);
+        }
+        for unknown in ["de", "zh", "english"] {
+            let e = model_language(&languages, unknown).unwrap_err();
+            assert!(e.message.contains("en, fr, zh-cn"), "{}", e.message);
+            assert_eq!(param(e), (StatusCode::BAD_REQUEST, Some("language".into())));
         }
     }
 
