@@ -342,10 +342,10 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
                 }
             }
         }
-        let mut audio = self.decode_due(&running);
+        let audio = self.decode_due(&running);
         let streaming = &self.settings.streaming;
         let mut still_running = Vec::with_capacity(running.len());
-        for (mut active, pcm) in running.into_iter().zip(audio.drain(..)) {
+        for (mut active, pcm) in running.into_iter().zip(audio) {
             let pcm = match pcm {
                 Some(Err((error, outcome))) => {
                     fail(metrics, &active.job, error, outcome);
