@@ -71,14 +71,16 @@ fn chunked_decode_equals_one_shot_for_several_chunk_sizes() {
 #[test]
 fn streams_decoded_together_equal_each_decoded_alone() {
     // What one step of the server decodes at once on an accelerator: streams of different
-    // lengths, each from its own frame (one from the start, one with nothing new, one empty).
+    // lengths, each from its own frame (one from the start, one with nothing new, one empty,
+    // and a whole long segment, which goes in a pass of its own).
     let _guard = tch::no_grad_guard();
     for preset in [Preset::Tiny, Preset::TinyOdd] {
         let model = load(preset, DType::F32);
-        let all = codes(&model, 90);
-        let streams: [(&[Vec<u32>], usize); 5] = [
+        let all = codes(&model, 300);
+        let streams: [(&[Vec<u32>], usize); 6] = [
             (&all[..90], 61),
             (&all[..7], 0),
+            (&all[..300], 0),
             (&all[..40], 40),
             (&all[..33], 29),
             (&all[..0], 0),

@@ -126,8 +126,8 @@ pub trait TextToSpeech {
     /// as decoding all frames at once.
     fn decode(&self, session: &Self::Session<'_>, from: usize) -> Result<Vec<f32>, EngineError>;
     /// [`TextToSpeech::decode`] of several sessions, each from its own frame, in order: what
-    /// one step made due, decoded together where the engine can (one codec pass on an
-    /// accelerator). An error fails every job whose audio was in it.
+    /// one step made due, decoded together where the engine can (codec passes over many
+    /// streams on an accelerator). An error fails every job whose audio was in it.
     fn decode_many(
         &self,
         sessions: &[(&Self::Session<'_>, usize)],

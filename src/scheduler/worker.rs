@@ -389,7 +389,7 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
     }
 
     /// The audio this step made due, per job in order: every due job's decoded together
-    /// (one codec pass on an accelerator), `None` where nothing is due. A failed decode
+    /// (codec passes over many streams on an accelerator), `None` where nothing is due. A failed decode
     /// fails the jobs that were in it.
     fn decode_due(&self, running: &[ActiveJob<'m, E>]) -> Vec<Option<DecodedAudio>> {
         let mut audio: Vec<Option<DecodedAudio>> = running.iter().map(|_| None).collect();

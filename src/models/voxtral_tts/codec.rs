@@ -314,11 +314,12 @@ impl<T: Tensor> Codec<T> {
         Ok(pcm[skip..].to_vec())
     }
 
-    /// [`Codec::decode_tail`] of several streams in one pass (one product per weight for
-    /// all of them, as the decode step does): each stream's frames, its context included,
-    /// are padded on the right to the longest with copies of its last frame. The codec is
-    /// causal, so the padding changes none of a stream's own samples, which come out equal to
-    /// its `decode_tail` up to the summation order of batched products.
+    /// [`Codec::decode_tail`] of several streams, in as few passes as keep the padding small
+    /// ([`passes`]): in a pass each stream's frames, its context included, are padded on the
+    /// right to the longest with copies of its last frame, and one product per weight serves
+    /// them all, as in the decode step. The codec is causal, so the padding changes none of a
+    /// stream's own samples, which come out equal to its `decode_tail` up to the summation
+    /// order of batched products.
     pub fn decode_tails(
         &self,
         streams: &[(&[Vec<u32>], usize)],
@@ -334,13 +335,26 @@ impl<T: Tensor> Codec<T> {
         for (codes, _) in &spans {
             self.validate(codes)?;
         }
+        let lengths: Vec<usize> = spans.iter().map(|(codes, _)| codes.len()).collect();
+        let mut out = vec![Vec::new(); streams.len()];
+        for pass in passes(&lengths) {
+            let members: Vec<_> = pass.iter().map(|&i| spans[i]).collect();
+            for (i, pcm) in pass.into_iter().zip(self.decode_padded(&members)) {
+                out[i] = pcm;
+            }
+        }
+        Ok(out)
+    }
+
+    /// One pass of [`Codec::decode_tails`] over checked spans (frames, frames to skip).
+    fn decode_padded(&self, spans: &[(&[Vec<u32>], usize)]) -> Vec<Vec<f32>> {
         let longest = spans
             .iter()
             .map(|(codes, _)| codes.len())
             .max()
             .unwrap_or(0);
         if longest == 0 {
-            return Ok(vec![Vec::new(); streams.len()]);
+            return vec![Vec::new(); spans.len()];
         }
         let padded: Vec<Vec<u32>> = spans
             .iter()
@@ -355,11 +369,10 @@ impl<T: Tensor> Codec<T> {
             .forward(&self.latent(&padded, spans.len()))
             .to_vec_f32();
         let per_frame = pcm.len() / (spans.len() * longest);
-        Ok(pcm
-            .chunks_exact(per_frame * longest)
-            .zip(&spans)
+        pcm.chunks_exact(per_frame * longest)
+            .zip(spans)
             .map(|(row, (codes, skip))| row[skip * per_frame..codes.len() * per_frame].to_vec())
-            .collect())
+            .collect()
     }
 
     /// The lowest valid code of every codebook.
@@ -410,6 +423,31 @@ impl<T: Tensor> Codec<T> {
         let shape = y.shape();
         y.reshape(&[shape[0], shape[1] * self.patch])
     }
+}
+
+/// Frames a pass of [`Codec::decode_tails`] may pad any stream to, whatever its own length:
+/// streamed chunks with their context stay in one pass.
+const PASS_FLOOR_FRAMES: usize = 128;
+
+/// Streams (by their lengths in frames) grouped into passes, shortest first: a pass's
+/// longest is at most twice its shortest, or [`PASS_FLOOR_FRAMES`], so padding at most
+/// doubles a pass's work. A whole segment decoded when it ends (hundreds of frames) does not
+/// make every streamed chunk beside it as long.
+fn passes(lengths: &[usize]) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..lengths.len()).collect();
+    order.sort_by_key(|&i| lengths[i]);
+    let mut passes: Vec<Vec<usize>> = Vec::new();
+    let mut limit = 0;
+    for i in order {
+        match passes.last_mut() {
+            Some(pass) if lengths[i] <= limit => pass.push(i),
+            _ => {
+                limit = (2 * lengths[i]).max(PASS_FLOOR_FRAMES);
+                passes.push(vec![i]);
+            }
+        }
+    }
+    passes
 }
 
 /// ALiBi + causal + sliding-window biases of one stage, by (queries, keys, first query - first key).
@@ -547,5 +585,27 @@ impl<T: Tensor> CodecLayer<T> {
             r = r.mul(s);
         }
         h.add(&r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::passes;
+
+    #[test]
+    fn passes_keep_padding_within_twice_a_streams_length() {
+        // Streamed chunks share one pass; a whole segment goes apart; nothing is lost.
+        let lengths = [68, 30, 400, 0, 68, 900, 129, 256];
+        let passes = passes(&lengths);
+        assert_eq!(passes, vec![vec![3, 1, 0, 4], vec![6, 7], vec![2], vec![5]]);
+        for pass in &passes {
+            let shortest = pass.iter().map(|&i| lengths[i]).min().unwrap();
+            let longest = pass.iter().map(|&i| lengths[i]).max().unwrap();
+            assert!(longest <= (2 * shortest).max(128), "{pass:?}");
+        }
+        let mut all: Vec<usize> = passes.concat();
+        all.sort();
+        assert_eq!(all, (0..lengths.len()).collect::<Vec<_>>());
+        assert!(super::passes(&[]).is_empty());
     }
 }

@@ -371,8 +371,8 @@ impl<T: Tensor> Voxtral<T> {
         self.codec.decode_tail(codes, from)
     }
 
-    /// [`Voxtral::decode_tail`] of several streams: on an accelerator in one codec pass for
-    /// all; on the CPU one at a time, so that a stream's audio stays bit for bit what it is
+    /// [`Voxtral::decode_tail`] of several streams: on an accelerator together, in one codec
+    /// pass for streams of like lengths (`Codec::decode_tails`); on the CPU one at a time, so that a stream's audio stays bit for bit what it is
     /// alone (batched products sum in another order).
     pub fn decode_tails(
         &self,
@@ -388,7 +388,7 @@ impl<T: Tensor> Voxtral<T> {
         }
     }
 
-    /// [`Voxtral::decode_tails`] in one codec pass whatever the device.
+    /// [`Voxtral::decode_tails`] together whatever the device.
     pub fn decode_tails_together(
         &self,
         streams: &[(&[Vec<u32>], usize)],
