@@ -157,8 +157,9 @@ impl<T: Tensor> FlowHead<T> {
     }
 
     /// Codes (with their +2 offset) for each row of `hidden` `[b, dim]`, starting the ODE from
-    /// `noise` (`b * n_acoustic` values, already scaled). Row-major `[b][1 + n_acoustic]`.
-    pub fn sample(&self, hidden: &T, noise: &[f32]) -> Vec<Vec<u32>> {
+    /// `noise` (`[b, n_acoustic]` f32 on the model's device, already scaled). Row-major
+    /// `[b][1 + n_acoustic]`.
+    pub fn sample(&self, hidden: &T, noise: &T) -> Vec<Vec<u32>> {
         let b = hidden.shape()[0];
         let logits = hidden
             .to_dtype(DType::F32)
@@ -188,7 +189,7 @@ impl<T: Tensor> FlowHead<T> {
     }
 
     /// FSQ levels (before the +2 offset) `[b, n_acoustic]` as floats.
-    fn acoustic(&self, hidden: &T, noise: &[f32]) -> T {
+    fn acoustic(&self, hidden: &T, noise: &T) -> T {
         let b = hidden.shape()[0];
         // The unconditional rows see a zero hidden state.
         let unconditional = T::zeros(&self.device, &[b, self.dim], self.dtype);
@@ -196,13 +197,13 @@ impl<T: Tensor> FlowHead<T> {
             .linear(&self.llm_projection)
             .reshape(&[2 * b, 1, self.dim]);
         assert_eq!(
-            noise.len(),
-            b * self.n_acoustic,
+            noise.shape(),
+            [b, self.n_acoustic],
             "noise must hold n_acoustic values per row"
         );
         // The ODE state, the guidance mix and FSQ stay in f32 whatever the compute dtype: it
         // is 36 values per frame, and bf16 rounding here would move codes across FSQ levels.
-        let mut x = T::from_f32(&self.device, noise, &[b, self.n_acoustic], DType::F32);
+        let mut x = noise.clone();
         for t in &self.time_table {
             let xb = T::cat(&[&x, &x], 0)
                 .to_dtype(self.dtype)

@@ -575,6 +575,15 @@ impl<T: Tensor> Generation<'_, T> {
             "one model per batch"
         );
         let dim = m.config.args.dim;
+        // Every upload of the step comes before its first operation: on CUDA a copy from host
+        // memory waits for the device, and here the device has nothing queued yet. The noise
+        // is each generation's own seeded draw, whenever it is drawn.
+        let width = m.flow.n_acoustic();
+        let noise: Vec<f32> = active
+            .iter_mut()
+            .flat_map(|g| g.noise.next(width))
+            .collect();
+        let noise = T::from_f32(&m.device, &noise, &[active.len(), width], DType::F32);
 
         let started = Instant::now();
         let fed: Vec<&[u32]> = active
@@ -604,11 +613,6 @@ impl<T: Tensor> Generation<'_, T> {
             .map(|g| g.hidden.as_ref().expect("prefilled"))
             .collect();
         let hidden = T::cat(&hidden, 0);
-        let width = m.flow.n_acoustic();
-        let noise: Vec<f32> = active
-            .iter_mut()
-            .flat_map(|g| g.noise.next(width))
-            .collect();
         let frames = m.flow.sample(&hidden, &noise);
         let elapsed = started.elapsed();
         for (g, frame) in active.iter_mut().zip(frames) {
