@@ -1,6 +1,9 @@
 //! Incremental codec decoding: chunks decoded with left context and concatenated equal the
 //! one-shot decode (the codec is causal; its receptive field is about 20 frames).
 
+mod common;
+
+use common::max_abs_diff;
 use voxtral_tts::models::voxtral_tts::{Noise, SynthesisRequest, Voxtral};
 use voxtral_tts::tensor::{tch_backend::TchTensor, DType};
 use voxtral_tts::testmodel::{cached_test_model, Preset};
@@ -55,11 +58,7 @@ fn chunked_decode_equals_one_shot_for_several_chunk_sizes() {
                 from = end;
             }
             assert_eq!(streamed.len(), one_shot.len());
-            let diff = streamed
-                .iter()
-                .zip(&one_shot)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0, f32::max);
+            let diff = max_abs_diff(&streamed, &one_shot);
             assert!(
                 diff <= 1e-4,
                 "{preset:?} chunk {chunk}: max abs diff {diff}"
@@ -95,11 +94,7 @@ fn streams_decoded_together_equal_each_decoded_alone() {
                 "{preset:?} {} from {from}",
                 codes.len()
             );
-            let diff = pcm
-                .iter()
-                .zip(&alone)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0, f32::max);
+            let diff = max_abs_diff(pcm, &alone);
             assert!(
                 diff <= 1e-4,
                 "{preset:?} {} frames from {from}: max abs diff {diff}",
@@ -118,11 +113,7 @@ fn too_little_context_would_differ() {
     let one_shot = model.decode(&all).unwrap();
     let alone = model.decode(&all[50..]).unwrap();
     let spf = one_shot.len() / all.len();
-    let diff = alone
-        .iter()
-        .zip(&one_shot[50 * spf..])
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f32::max);
+    let diff = max_abs_diff(&alone, &one_shot[50 * spf..]);
     assert!(
         diff > 1e-3,
         "context-free decode should differ, diff {diff}"
@@ -143,11 +134,7 @@ fn streamed_against_one_shot(model: &Voxtral<TchTensor>, request: &SynthesisRequ
     }
     streamed.extend(model.decode_tail(generation.frames(), decoded).unwrap());
     assert_eq!(streamed.len(), one_shot.pcm.len());
-    streamed
-        .iter()
-        .zip(&one_shot.pcm)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f32::max)
+    max_abs_diff(&streamed, &one_shot.pcm)
 }
 
 fn streaming_request() -> SynthesisRequest {
