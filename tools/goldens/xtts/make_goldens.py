@@ -1,8 +1,8 @@
 """XTTS-v2 GPT goldens from coqui-tts 0.28.0 on a `make-test-model --preset xtts-tiny` folder.
 
     PY=.deps/xtts-ref-venv/bin/python   # coqui-tts 0.28.0, torch 2.11.0 (references-on-cpu.md)
-    cargo run --features testmodel -- make-test-model --preset xtts-tiny --out /tmp/xtts-tiny
-    $PY tools/goldens/xtts/make_goldens.py --model /tmp/xtts-tiny --seed 0 --out tests/goldens/xtts
+    cargo run --features testmodel -- make-test-model --preset xtts-tiny --out target/xtts-tiny
+    $PY tools/goldens/xtts/make_goldens.py --model target/xtts-tiny --seed 0 --out tests/goldens/xtts
 
 The folder is loaded as coqui's loader would load its `model.pth`: `XttsConfig.load_json`,
 `Xtts(config)`, the tokenizer from `vocab.json`, `init_models`, then the state dict (read from
