@@ -308,10 +308,9 @@ impl<T: Tensor> Codec<T> {
     /// decoded as context and their samples dropped, so the result equals the matching slice
     /// of `decode(codes)` (the codec is causal) at a cost independent of `from`.
     pub fn decode_tail(&self, codes: &[Vec<u32>], from: usize) -> Result<Vec<f32>, CodecError> {
-        let start = from.saturating_sub(self.context_frames());
-        let pcm = self.decode(&codes[start..])?;
-        let skip = (from - start) * pcm.len() / (codes.len() - start).max(1);
-        Ok(pcm[skip..].to_vec())
+        // One stream alone: its pass has nothing to pad.
+        let mut pcm = self.decode_tails(&[(codes, from)])?;
+        Ok(pcm.pop().expect("one stream in, one out"))
     }
 
     /// [`Codec::decode_tail`] of several streams, in as few passes as keep the padding small
