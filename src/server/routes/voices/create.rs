@@ -86,11 +86,7 @@ fn check_fields(form: &Form) -> Result<Upload, ApiError> {
             format!("name is longer than {MAX_NAME_CHARS} characters"),
         ));
     }
-    let transcript = form
-        .transcript
-        .as_deref()
-        .map(str::trim)
-        .filter(|t| !t.is_empty());
+    let transcript = non_blank(&form.transcript);
     if transcript.is_some_and(|t| t.chars().count() > MAX_TRANSCRIPT_CHARS) {
         return Err(ApiError::invalid(
             "transcript",
@@ -107,13 +103,13 @@ fn check_fields(form: &Form) -> Result<Upload, ApiError> {
         name: name.to_string(),
         transcript: transcript.map(str::to_string),
         model: form.model.clone().filter(|m| !m.is_empty()),
-        language: form
-            .language
-            .as_deref()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(str::to_string),
+        language: non_blank(&form.language).map(str::to_string),
     })
+}
+
+/// A text field trimmed, `None` when absent or blank.
+fn non_blank(field: &Option<String>) -> Option<&str> {
+    field.as_deref().map(str::trim).filter(|v| !v.is_empty())
 }
 
 /// The model's spelling of `requested` among its `languages` (BCP 47): the same code in any
