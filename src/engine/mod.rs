@@ -125,17 +125,58 @@ pub trait TextToSpeech {
     /// PCM of the session's frames from `from` on. Decoding in pieces gives the same samples
     /// as decoding all frames at once.
     fn decode(&self, session: &Self::Session<'_>, from: usize) -> Result<Vec<f32>, EngineError>;
-    /// [`TextToSpeech::decode`] of several sessions, each from its own frame, in order: what
-    /// one step made due, decoded together where the engine can (codec passes over many
-    /// streams on an accelerator). An error fails every job whose audio was in it.
-    fn decode_many(
-        &self,
-        sessions: &[(&Self::Session<'_>, usize)],
-    ) -> Result<Vec<Vec<f32>>, EngineError> {
-        sessions
-            .iter()
-            .map(|&(session, from)| self.decode(session, from))
-            .collect()
+    /// [`TextToSpeech::decode`] of several sessions, each from its own frame, each delivered
+    /// to its sink: what one step made due. An engine may decode them together (codec passes
+    /// over many streams on an accelerator), or hand them to a thread of its own and return
+    /// at once (the worker goes on stepping); a session's pieces are delivered in the order
+    /// asked. A failure is delivered to every sink whose audio it touched.
+    fn decode_into(&self, work: Vec<(&Self::Session<'_>, usize, PcmSink)>) {
+        for (session, from, sink) in work {
+            sink.deliver(self.decode(session, from));
+        }
+    }
+}
+
+/// Where one piece of a session's decoded PCM goes (the job's outbox): delivered once, from
+/// the worker or from a thread of the engine's own. A sink dropped undelivered delivers an
+/// error, so that no job waits for audio that will never come.
+pub struct PcmSink {
+    deliver: Option<Deliver>,
+    wanted: Box<dyn Fn() -> bool + Send>,
+}
+
+type Deliver = Box<dyn FnOnce(Result<Vec<f32>, EngineError>) + Send>;
+
+impl PcmSink {
+    pub fn new(
+        deliver: impl FnOnce(Result<Vec<f32>, EngineError>) + Send + 'static,
+        wanted: impl Fn() -> bool + Send + 'static,
+    ) -> Self {
+        PcmSink {
+            deliver: Some(Box::new(deliver)),
+            wanted: Box::new(wanted),
+        }
+    }
+
+    pub fn deliver(mut self, pcm: Result<Vec<f32>, EngineError>) {
+        if let Some(deliver) = self.deliver.take() {
+            deliver(pcm);
+        }
+    }
+
+    /// False once the job has ended (failed, or its client gone): its decode can be skipped.
+    pub fn wanted(&self) -> bool {
+        (self.wanted)()
+    }
+}
+
+impl Drop for PcmSink {
+    fn drop(&mut self) {
+        if let Some(deliver) = self.deliver.take() {
+            deliver(Err(EngineError(
+                "the decoder stopped before this audio was decoded (see the server log)".into(),
+            )));
+        }
     }
 }
 

@@ -1,14 +1,15 @@
 //! One admitted job as the batching loop advances it: the segments still to speak, the
 //! session of the current one (and of later ones started ahead in spare slots), and how much
-//! of its audio has gone out.
+//! of its audio has been asked for. The audio itself goes out through the job's outbox.
 
-use super::job::{JobEvent, JobSummary, SegmentCodes, SpeechJob};
+use super::job::{JobError, JobEvent, JobSummary, SegmentCodes, SpeechJob};
+use super::outbox::Outbox;
 use super::worker::StreamSettings;
 use super::ModelMetrics;
-use crate::audio::join::{fade_samples, SegmentJoiner};
-use crate::engine::{EngineError, SpeechSession, StopReason, TextToSpeech};
+use crate::engine::{EngineError, PcmSink, SpeechSession, StopReason, TextToSpeech};
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// The client went away (its receiver was dropped): the job stops.
 pub(super) struct ClientGone {
@@ -19,6 +20,8 @@ pub(super) struct ClientGone {
 pub(super) struct ActiveJob<'m, E: TextToSpeech + 'm> {
     pub job: SpeechJob,
     metrics: &'m ModelMetrics,
+    /// Where its audio, segment joins and end go, in order.
+    outbox: Arc<Outbox>,
     segment: usize,
     /// The current segment's session; between segments, none (its KV slot is given back
     /// before the next one takes one).
@@ -26,27 +29,23 @@ pub(super) struct ActiveJob<'m, E: TextToSpeech + 'm> {
     /// Sessions of the segments after the current one, started early in slots nobody queued
     /// for: they generate in the same batch steps, and their audio goes out in order.
     ahead: VecDeque<E::Session<'m>>,
-    /// Frames of the current segment already counted / already decoded and sent.
+    /// Frames of the current segment already counted / already asked to be decoded.
     seen: usize,
     decoded: usize,
     /// Decode when the segment has this many frames (streaming only).
     next_chunk: usize,
     /// Frames in the chunk after the next: chunks double up to `chunk_frames`.
     chunk: usize,
-    joiner: SegmentJoiner,
     frames: usize,
     prompt_tokens: usize,
-    samples: usize,
-    sample_rate: u32,
     codes: Vec<SegmentCodes>,
-    started: Instant,
 }
 
 impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
     /// Prefills the first segment. The caller has sent nothing for this job yet.
     pub fn start(
         engine: &'m E,
-        metrics: &'m ModelMetrics,
+        metrics: &'m Arc<ModelMetrics>,
         sample_rate: u32,
         job: SpeechJob,
         streaming: &StreamSettings,
@@ -59,12 +58,12 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
             Ok(session) => session,
             Err(e) => return Err(Box::new((job, e))),
         };
-        let mut joiner = SegmentJoiner::new(fade_samples(sample_rate));
-        joiner.begin_segment();
+        let outbox = Outbox::new(job.events.clone(), metrics.clone(), sample_rate, started);
         Ok(ActiveJob {
             prompt_tokens: session.prompt_ids().len(),
             job,
             metrics,
+            outbox,
             segment: 0,
             session: Some(session),
             ahead: VecDeque::new(),
@@ -72,12 +71,8 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
             decoded: 0,
             next_chunk: streaming.first_chunk_frames.max(1),
             chunk: streaming.first_chunk_frames.max(1),
-            joiner,
             frames: 0,
-            samples: 0,
-            sample_rate,
             codes: Vec::new(),
-            started,
         })
     }
 
@@ -147,29 +142,41 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
         (frames > self.decoded && (chunk_due || stopped)).then_some(self.decoded)
     }
 
-    /// Sends `pcm`, the audio decoded from [`ActiveJob::audio_due`]'s frame on.
-    pub fn send_audio(&mut self, pcm: &[f32], streaming: &StreamSettings) {
+    /// Where the audio from [`ActiveJob::audio_due`]'s frame on goes once decoded: its place
+    /// in the outbox is taken now, so it goes out in order whenever its decode delivers.
+    pub fn audio_sink(&mut self, streaming: &StreamSettings) -> PcmSink {
         self.decoded = self.current().codes().len();
         // Later chunks grow: fewer decodes, each re-reading less context per new frame.
         self.chunk = (self.chunk * 2).min(streaming.chunk_frames.max(1));
         self.next_chunk = self.decoded + self.chunk;
-        let joined = self.joiner.extend(pcm);
-        self.send(joined);
+        self.outbox.audio_sink()
     }
 
-    /// Once the current segment has stopped (its audio sent): on to the next segment, or
-    /// the job's end (`Some`).
+    /// Whether a decode of its audio failed: its outbox has sent `Failed` and counted it.
+    pub fn decode_failed(&self) -> bool {
+        self.outbox.finished()
+    }
+
+    /// Fails the job: `Failed` goes out at once.
+    pub fn fail(&self, error: JobError, outcome: &'static str) {
+        self.outbox.fail(error, outcome);
+    }
+
+    /// Once the current segment has stopped (its audio asked for): on to the next segment,
+    /// or the job's end (true: `Done` goes out after its last audio).
     pub fn advance(
         &mut self,
         engine: &'m E,
         streaming: &StreamSettings,
-    ) -> Result<Option<JobSummary>, EngineError> {
+    ) -> Result<bool, EngineError> {
         if self.current().stop_reason().is_none() {
-            return Ok(None);
+            return Ok(false);
         }
         self.keep_codes();
         if self.segment + 1 == self.job.speech.segments.len() {
-            return Ok(Some(self.finish()));
+            let summary = self.summary();
+            self.outbox.done(summary);
+            return Ok(true);
         }
         self.segment += 1;
         self.session = None;
@@ -180,12 +187,12 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
         self.session = Some(session);
         self.seen = 0;
         self.decoded = 0;
-        if self.samples == 0 {
+        if self.outbox.samples_sent() == 0 {
             self.chunk = streaming.first_chunk_frames.max(1);
         }
         self.next_chunk = self.chunk;
-        self.joiner.begin_segment();
-        Ok(None)
+        self.outbox.next_segment();
+        Ok(false)
     }
 
     /// The text of the segment being generated.
@@ -203,17 +210,8 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
         }
     }
 
-    fn finish(&mut self) -> JobSummary {
-        let tail = std::mem::replace(&mut self.joiner, SegmentJoiner::new(0)).finish();
-        self.send(tail);
-        let synthesis_time = self.started.elapsed();
-        let audio_seconds = self.samples as f64 / f64::from(self.sample_rate);
-        self.metrics.audio_seconds.record(audio_seconds);
-        if audio_seconds > 0.0 {
-            self.metrics
-                .real_time_factor
-                .record(synthesis_time.as_secs_f64() / audio_seconds);
-        }
+    /// The job's summary; its synthesis time is taken when its last audio goes out.
+    fn summary(&mut self) -> JobSummary {
         JobSummary {
             prompt_tokens: self.prompt_tokens,
             frames: self.frames,
@@ -221,15 +219,8 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
                 .current()
                 .stop_reason()
                 .unwrap_or(StopReason::MaxFrames),
-            synthesis_time,
+            synthesis_time: Duration::ZERO,
             codes: std::mem::take(&mut self.codes),
-        }
-    }
-
-    fn send(&mut self, pcm: Vec<f32>) {
-        if !pcm.is_empty() {
-            self.samples += pcm.len();
-            let _ = self.job.events.send(JobEvent::Audio(pcm));
         }
     }
 }

@@ -6,12 +6,14 @@
 //! - `worker`: loads the model, then runs jobs with continuous batching: all running jobs
 //!   advance one frame per step; jobs join and leave between steps.
 //! - `active`: one running job's state (segments, streaming chunks, its end).
+//! - `outbox`: a job's audio and end, sent in order whichever thread decodes them.
 //! - `voice_encoding`: a cloning model's encoders on a thread of their own (custom voices).
 //!
 //! It names no model: it drives any `crate::engine::TextToSpeech`.
 
 mod active;
 pub mod job;
+mod outbox;
 pub mod queue;
 pub mod transcription;
 pub mod voice_encoding;

@@ -8,7 +8,7 @@ use super::{metric_names, ModelMetrics};
 use crate::audio;
 use crate::device::{DeviceChoice, OnBackend};
 use crate::engine::{
-    EngineError, EngineOptions, ModelCard, SpeechPreparer, TextToSpeech, WithEngine,
+    EngineError, EngineOptions, ModelCard, PcmSink, SpeechPreparer, TextToSpeech, WithEngine,
 };
 use crate::models;
 use crate::tensor::cpu_gemv::Variant;
@@ -177,7 +177,7 @@ impl WithEngine for Serving<'_> {
         Batcher {
             engine: &engine,
             sample_rate,
-            metrics: &ModelMetrics::new(&self.settings.model_id),
+            metrics: &Arc::new(ModelMetrics::new(&self.settings.model_id)),
             settings: self.settings,
             active: Vec::new(),
         }
@@ -204,7 +204,7 @@ struct Batcher<'m, E: TextToSpeech> {
     engine: &'m E,
     /// Of the engine's PCM (its card's).
     sample_rate: u32,
-    metrics: &'m ModelMetrics,
+    metrics: &'m Arc<ModelMetrics>,
     settings: &'m WorkerSettings,
     active: Vec<ActiveJob<'m, E>>,
 }
@@ -274,7 +274,7 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
     /// time in turn, so that a long text's sentences generate together (as Auralis does)
     /// rather than one after another. Queued jobs come first: this runs after admission.
     fn start_segments_ahead(&mut self) {
-        let (engine, metrics) = (self.engine, self.metrics);
+        let engine = self.engine;
         loop {
             let mut started = false;
             let mut failed = Vec::new();
@@ -292,8 +292,7 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
                 }
             }
             for (i, error, outcome) in failed.into_iter().rev() {
-                let active = self.active.remove(i);
-                fail(metrics, &active.job, error, outcome);
+                self.active.remove(i).fail(error, outcome);
             }
             if !started || engine.free_slots() == 0 {
                 return;
@@ -328,12 +327,15 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
                 } else {
                     JobError::Engine(EngineError(message.clone()))
                 };
-                fail(metrics, &active.job, error, outcome);
+                active.fail(error, outcome);
             }
             return;
         }
         let mut running = Vec::with_capacity(self.active.len());
         for mut active in self.active.drain(..) {
+            if active.decode_failed() {
+                continue;
+            }
             match active.count_frames() {
                 Ok(()) => running.push(active),
                 Err(ClientGone { frames }) => {
@@ -342,18 +344,13 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
                 }
             }
         }
-        let audio = self.decode_due(&running);
+        self.decode_due(&mut running);
         let streaming = &self.settings.streaming;
         let mut still_running = Vec::with_capacity(running.len());
-        for (mut active, pcm) in running.into_iter().zip(audio) {
-            let pcm = match pcm {
-                Some(Err((error, outcome))) => {
-                    fail(metrics, &active.job, error, outcome);
-                    continue;
-                }
-                Some(Ok(pcm)) => Some(pcm),
-                None => None,
-            };
+        for mut active in running {
+            if active.decode_failed() {
+                continue;
+            }
             let result = catch_unwind(AssertUnwindSafe(|| {
                 #[cfg(debug_assertions)]
                 if let Some(trigger) = &self.settings.panic_on_input {
@@ -361,79 +358,52 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
                         panic!("test_panic_on_input matched this request's input");
                     }
                 }
-                if let Some(pcm) = pcm {
-                    active.send_audio(&pcm, streaming);
-                }
                 active.advance(engine, streaming)
             }));
             match result {
-                Ok(Ok(None)) => still_running.push(active),
-                Ok(Ok(Some(summary))) => {
-                    metrics.job("completed");
-                    let _ = active.job.events.send(JobEvent::Done(summary));
-                }
-                Ok(Err(e)) => fail(metrics, &active.job, JobError::Engine(e), "failed"),
+                Ok(Ok(false)) => still_running.push(active),
+                // Its outbox sends `Done` after its last audio.
+                Ok(Ok(true)) => {}
+                Ok(Err(e)) => active.fail(JobError::Engine(e), "failed"),
                 Err(panic) => {
                     let message = panic_message(&*panic);
                     tracing::error!(%message, "inference job panicked; the worker continues");
-                    fail(
-                        metrics,
-                        &active.job,
-                        JobError::Panicked(message),
-                        "panicked",
-                    );
+                    active.fail(JobError::Panicked(message), "panicked");
                 }
             }
         }
         self.active = still_running;
     }
 
-    /// The audio this step made due, per job in order: every due job's decoded together
-    /// (codec passes over many streams on an accelerator), `None` where nothing is due. A failed decode
-    /// fails the jobs that were in it.
-    fn decode_due(&self, running: &[ActiveJob<'m, E>]) -> Vec<Option<DecodedAudio>> {
-        let mut audio: Vec<Option<DecodedAudio>> = running.iter().map(|_| None).collect();
-        let due: Vec<(usize, usize)> = running
-            .iter()
+    /// Asks for the audio this step made due, every due job's in one call (codec passes over
+    /// many streams on an accelerator, or handed to the engine's own vocoder thread). Each
+    /// piece goes out through its job's outbox when decoded; a failed decode fails the jobs
+    /// that were in it.
+    fn decode_due(&self, running: &mut [ActiveJob<'m, E>]) {
+        let streaming = &self.settings.streaming;
+        let due: Vec<(usize, usize, PcmSink)> = running
+            .iter_mut()
             .enumerate()
-            .filter_map(|(i, active)| active.audio_due().map(|from| (i, from)))
+            .filter_map(|(i, active)| {
+                let from = active.audio_due()?;
+                Some((i, from, active.audio_sink(streaming)))
+            })
             .collect();
         if due.is_empty() {
-            return audio;
+            return;
         }
-        let decoded = catch_unwind(AssertUnwindSafe(|| {
-            let sessions: Vec<_> = due
-                .iter()
-                .map(|&(i, from)| (running[i].current(), from))
-                .collect();
-            self.engine.decode_many(&sessions)
-        }));
-        match decoded {
-            Ok(Ok(pcm)) => {
-                for ((i, _), pcm) in due.into_iter().zip(pcm) {
-                    audio[i] = Some(Ok(pcm));
-                }
-            }
-            Ok(Err(e)) => {
-                tracing::error!(message = %e.0, jobs = due.len(), "decoding failed");
-                for (i, _) in due {
-                    audio[i] = Some(Err((JobError::Engine(EngineError(e.0.clone())), "failed")));
-                }
-            }
-            Err(panic) => {
-                let message = panic_message(&*panic);
-                tracing::error!(%message, jobs = due.len(), "decoding panicked");
-                for (i, _) in due {
-                    audio[i] = Some(Err((JobError::Panicked(message.clone()), "panicked")));
-                }
-            }
+        let jobs = due.len();
+        let work = due
+            .into_iter()
+            .map(|(i, from, sink)| (running[i].current(), from, sink))
+            .collect();
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| self.engine.decode_into(work))) {
+            // The sinks it dropped have failed their jobs.
+            let message = panic_message(&*panic);
+            tracing::error!(%message, jobs, "decoding panicked");
         }
-        audio
     }
 }
-
-/// A job's decoded audio, or why it failed and the outcome metric of that.
-type DecodedAudio = Result<Vec<f32>, (JobError, &'static str)>;
 
 fn fail(metrics: &ModelMetrics, job: &SpeechJob, error: JobError, outcome: &'static str) {
     metrics.job(outcome);

@@ -2,7 +2,8 @@
 
 use super::{catalog, Generation, Noise, SynthError, Voxtral};
 use crate::engine::{
-    EngineError, ModelCard, PreparedSpeech, SpeechPreparer, SpeechSession, StopReason, TextToSpeech,
+    EngineError, ModelCard, PcmSink, PreparedSpeech, SpeechPreparer, SpeechSession, StopReason,
+    TextToSpeech,
 };
 use crate::tensor::Tensor;
 use std::sync::Arc;
@@ -70,15 +71,23 @@ impl<T: Tensor> TextToSpeech for Voxtral<T> {
             .map_err(|e| EngineError(e.to_string()))
     }
 
-    fn decode_many(
-        &self,
-        sessions: &[(&Generation<'_, T>, usize)],
-    ) -> Result<Vec<Vec<f32>>, EngineError> {
-        let streams: Vec<(&[Vec<u32>], usize)> = sessions
+    fn decode_into(&self, work: Vec<(&Generation<'_, T>, usize, PcmSink)>) {
+        let streams: Vec<(&[Vec<u32>], usize)> = work
             .iter()
-            .map(|&(session, from)| (session.frames(), from))
+            .map(|&(session, from, _)| (session.frames(), from))
             .collect();
-        self.decode_tails(&streams)
-            .map_err(|e| EngineError(e.to_string()))
+        match self.decode_tails(&streams) {
+            Ok(pcm) => {
+                for ((_, _, sink), pcm) in work.into_iter().zip(pcm) {
+                    sink.deliver(Ok(pcm));
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                for (_, _, sink) in work {
+                    sink.deliver(Err(EngineError(message.clone())));
+                }
+            }
+        }
     }
 }
