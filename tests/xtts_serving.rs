@@ -136,6 +136,67 @@ fn streamed_audio_equals_the_whole_decode() {
     assert!(whole.iter().any(|&x| x.abs() > 1e-3), "silent audio");
 }
 
+/// HiFi-GAN runs on the engine's vocoder thread: `decode_into` hands the work over and
+/// returns while the decode is still to come (here the first delivery waits for a signal sent
+/// only after `decode_into` has returned), and each sink is delivered there, in the order
+/// asked, with the samples a plain `decode` gives.
+#[test]
+fn hifigan_decodes_on_the_vocoder_thread_without_holding_up_the_caller() {
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+    use voxtral_tts::engine::PcmSink;
+
+    let engine = engine(2);
+    let request = prepare(
+        &engine,
+        input("off the thread.", XTTS_STUDIO_VOICES[0], None, Some(0.0)),
+    );
+    let mut streamed = engine.start_session(&request, 0).unwrap();
+    for _ in 0..4 {
+        engine.step(&mut [&mut streamed]).unwrap();
+    }
+    let mut whole = engine.start_session(&request, 0).unwrap();
+    run_to_end(&engine, &mut whole);
+
+    let (go, wait) = channel::<()>();
+    let (delivered, received) = channel();
+    let sink = |label: &'static str, gate: Option<std::sync::mpsc::Receiver<()>>| {
+        let delivered = delivered.clone();
+        PcmSink::new(
+            move |pcm: Result<Vec<f32>, _>| {
+                if let Some(gate) = gate {
+                    gate.recv_timeout(Duration::from_secs(60))
+                        .expect("decode_into returned");
+                }
+                let thread = std::thread::current().name().map(String::from);
+                delivered.send((label, thread, pcm.unwrap())).unwrap();
+            },
+            || true,
+        )
+    };
+    engine.decode_into(vec![
+        (&streamed, 0, sink("chunk", Some(wait))),
+        (&whole, 0, sink("whole", None)),
+    ]);
+    // Reached while the first delivery still waits: the decode did not run on this thread.
+    go.send(()).unwrap();
+    let first = received.recv_timeout(Duration::from_secs(60)).unwrap();
+    let second = received.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert_eq!(
+        (first.0, second.0),
+        ("chunk", "whole"),
+        "in the order asked"
+    );
+    let this = std::thread::current().name().map(String::from);
+    for (_, thread, _) in [&first, &second] {
+        assert_eq!(thread.as_deref(), Some("xtts-vocoder"));
+        assert_ne!(*thread, this);
+    }
+    let want = engine.decode(&whole, 0).unwrap();
+    assert_eq!(second.2, want, "the same samples as a waited decode");
+    assert!(!want.is_empty());
+}
+
 #[test]
 fn code_limit_ends_with_max_frames() {
     let engine = engine(1);

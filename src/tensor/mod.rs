@@ -79,8 +79,8 @@ pub enum ConvKind {
 /// A tensor of one backend. Operations are infallible: shapes are validated when weights load,
 /// so a shape error here is a bug, and the inference worker turns the panic into a failed
 /// request.
-pub trait Tensor: Clone + Sized {
-    type Device: Clone + fmt::Debug;
+pub trait Tensor: Clone + Sized + 'static {
+    type Device: Clone + fmt::Debug + Send + Sync + 'static;
     /// Rotary-embedding state of a model (see `rope_table`).
     type Rope;
     /// The backend's name (logs).
@@ -110,6 +110,14 @@ pub trait Tensor: Clone + Sized {
     /// Waits until `device` has run everything queued on it: stage timings on devices that
     /// run operations asynchronously (CUDA). A no-op where operations finish as they return.
     fn synchronize(_device: &Self::Device) {}
+    /// Starts a thread that runs model code as the calling thread does (libtorch keeps its
+    /// autograd switch and its CPU thread count per thread).
+    fn spawn_model_thread<F: FnOnce() + Send + 'static>(
+        name: String,
+        body: F,
+    ) -> std::io::Result<std::thread::JoinHandle<()>> {
+        std::thread::Builder::new().name(name).spawn(body)
+    }
 
     fn shape(&self) -> Vec<usize>;
     fn dtype(&self) -> DType;

@@ -263,6 +263,19 @@ impl Tensor for TchTensor {
         }
     }
 
+    /// The new thread runs with autograd off and this thread's CPU thread count.
+    fn spawn_model_thread<F: FnOnce() + Send + 'static>(
+        name: String,
+        body: F,
+    ) -> std::io::Result<std::thread::JoinHandle<()>> {
+        let threads = tch::get_num_threads();
+        std::thread::Builder::new().name(name).spawn(move || {
+            let _no_grad = tch::no_grad_guard();
+            tch::set_num_threads(threads);
+            body()
+        })
+    }
+
     /// A 1 GiB copy on a CUDA device, timed between synchronizations; the best of 5.
     fn device_copy_bandwidth(device: &Device) -> Option<f64> {
         let Device::Cuda(index) = *device else {

@@ -6,8 +6,9 @@
 //! a studio speaker's from `speakers.safetensors`, or a custom voice's, as the voice encoder
 //! (`voice_encoder.rs`) stores them under the same names.
 //!
-//! Decoding: a finished segment decoded at once is the reference's one HiFi-GAN pass over its
-//! latents; a streamed one goes through the bounded-window stream (`hifigan_stream.rs`),
+//! Decoding runs on the engine's vocoder thread (`vocoder.rs`), so the GPT's steps never wait
+//! for HiFi-GAN: a finished segment decoded at once is the reference's one HiFi-GAN pass over
+//! its latents; a streamed one goes through the bounded-window stream (`hifigan_stream.rs`),
 //! whose samples equal the one-pass decode's.
 
 use super::catalog::{self, CardInputs};
@@ -16,22 +17,22 @@ use super::conditioning::LATENTS;
 use super::folder::XttsFolder;
 use super::gpt::{GenerateError, GenerationParams, Gpt, GptSequence};
 use super::gpt_config::GptConfig;
-use super::hifigan::{Conditioning as SpeakerConditioning, DecoderRates, HifiGan};
-use super::hifigan_stream::HifiGanStream;
+use super::hifigan::DecoderRates;
 use super::text::{Language, TextError};
 use super::tokenizer::XttsTokenizer;
+use super::vocoder::{Request, SpeakerEmbedding, VocoderThread};
 use crate::engine::{
-    Conditioning, EngineError, EngineOptions, ModelCard, PrepareError, PreparedSpeech, Prompt,
-    SpeechPreparer, SpeechSession, StopReason, TextToSpeech,
+    Conditioning, EngineError, EngineOptions, ModelCard, PcmSink, PrepareError, PreparedSpeech,
+    Prompt, SpeechPreparer, SpeechSession, StopReason, TextToSpeech,
 };
 use crate::nn::layers::Loader;
 use crate::nn::sampling::{Sampling, Uniforms};
 use crate::nn::LoadError;
 use crate::tensor::{DType, Tensor};
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::rc::Rc;
+use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 
 /// The language of a request that names none: the studio voices are English.
@@ -48,7 +49,9 @@ pub struct VoiceLatents {
 
 pub struct XttsEngine<T: Tensor> {
     gpt: Gpt<T>,
-    vocoder: HifiGan<T>,
+    vocoder: VocoderThread,
+    /// Ids of streamed sessions on the vocoder thread.
+    next_stream: Cell<u64>,
     studio: BTreeMap<String, VoiceLatents>,
     prompter: Arc<XttsPrompter>,
     defaults: GenerationParams,
@@ -77,11 +80,18 @@ impl<T: Tensor> XttsEngine<T> {
         let languages = config_languages(&folder.config, &file, &tokenizer)?;
         let loader = Loader::<T>::new(&folder.weights, device, dtype);
         let gpt = Gpt::load(&loader, config.clone())?;
-        // HiFi-GAN's convolutions stay f32 on the CPU, where bf16 ones have no fast path.
-        let vocoder_dtype = if T::is_cpu(device) { DType::F32 } else { dtype };
-        let vocoder_loader = Loader::<T>::new(&folder.weights, device, vocoder_dtype);
-        let vocoder = HifiGan::load(&vocoder_loader.scoped("hifigan_decoder."), rates)?;
+        let vocoder = VocoderThread::start::<T>(dir.to_path_buf(), device, dtype, rates)?;
         let a = &config.args;
+        if vocoder.latent_dim != a.gpt_n_model_channels {
+            return Err(LoadError::invalid(
+                "model.safetensors",
+                "hifigan_decoder.waveform_decoder.conv_pre.weight",
+                format!(
+                    "HiFi-GAN takes latents {} wide; the GPT's are {}",
+                    vocoder.latent_dim, a.gpt_n_model_channels
+                ),
+            ));
+        }
         let studio = folder
             .speakers
             .iter()
@@ -91,7 +101,7 @@ impl<T: Tensor> XttsEngine<T> {
                     latents: v.latent_shape[1],
                     speaker_embedding: v.speaker_embedding.clone(),
                 };
-                check_voice(&voice, a.gpt_n_model_channels, vocoder.embedding_dim())
+                check_voice(&voice, a.gpt_n_model_channels, vocoder.embedding_dim)
                     .map_err(|e| LoadError::invalid("speakers.safetensors", name, e))?;
                 Ok((name.clone(), voice))
             })
@@ -119,7 +129,7 @@ impl<T: Tensor> XttsEngine<T> {
             languages,
             studio: studio.keys().cloned().collect(),
             gpt_width: a.gpt_n_model_channels,
-            embedding_width: vocoder.embedding_dim(),
+            embedding_width: vocoder.embedding_dim,
             max_text_tokens: a.gpt_max_text_tokens,
             max_positions,
             max_frames: a.max_codes(),
@@ -129,6 +139,7 @@ impl<T: Tensor> XttsEngine<T> {
         Ok(XttsEngine {
             gpt,
             vocoder,
+            next_stream: Cell::new(0),
             studio,
             prompter,
             defaults,
@@ -361,21 +372,30 @@ impl Drop for Slot<'_> {
     }
 }
 
-/// A streamed segment's HiFi-GAN stream and the codes it has been given.
-type Stream<'m, T> = (HifiGanStream<'m, T, Rc<SpeakerConditioning<T>>>, usize);
-
-/// One segment's generation: its GPT sequence, the voice's HiFi-GAN conditioning, and the
-/// stream once streaming began.
+/// One segment's generation: its GPT sequence, the voice's speaker embedding for HiFi-GAN,
+/// and, once streaming began, how many latents its stream on the vocoder thread was given.
 pub struct XttsSession<'m, T: Tensor> {
     sequence: GptSequence<T>,
     prompt_ids: Vec<u32>,
     /// One single-code frame per code (the stop code included: its latent is decoded too).
     frames: Vec<Vec<u32>>,
-    speaker: Rc<SpeakerConditioning<T>>,
-    vocoder: &'m HifiGan<T>,
-    stream: RefCell<Option<Stream<'m, T>>>,
+    speaker: SpeakerEmbedding,
+    /// Its stream's id on the vocoder thread, which the session closes when dropped.
+    stream: u64,
+    streamed: Cell<Option<usize>>,
+    vocoder: Sender<Request>,
     stop_code: u32,
     _slot: Slot<'m>,
+}
+
+impl<T: Tensor> Drop for XttsSession<'_, T> {
+    fn drop(&mut self) {
+        if self.streamed.get().is_some() {
+            let _ = self.vocoder.send(Request::Close {
+                stream: self.stream,
+            });
+        }
+    }
 }
 
 impl<T: Tensor> SpeechSession for XttsSession<'_, T> {
@@ -453,18 +473,17 @@ impl<T: Tensor> TextToSpeech for XttsEngine<T> {
         let sequence = self
             .gpt
             .start(&cond, ids, &params, Uniforms::seeded(seed))?;
-        let speaker = self
-            .vocoder
-            .conditioning(&voice.speaker_embedding)
-            .map_err(|e| EngineError(e.to_string()))?;
+        let stream = self.next_stream.get();
+        self.next_stream.set(stream + 1);
         self.free_slots.set(free - 1);
         Ok(XttsSession {
             sequence,
             prompt_ids: ids.clone(),
             frames: Vec::new(),
-            speaker: Rc::new(speaker),
-            vocoder: &self.vocoder,
-            stream: RefCell::new(None),
+            speaker: voice.speaker_embedding.into(),
+            stream,
+            streamed: Cell::new(None),
+            vocoder: self.vocoder.sender(),
             stop_code: self.gpt.config().args.gpt_stop_audio_token,
             _slot: Slot(&self.free_slots),
         })
@@ -484,35 +503,53 @@ impl<T: Tensor> TextToSpeech for XttsEngine<T> {
         Ok(())
     }
 
+    /// Waits for the vocoder thread (`bench`'s timings); the worker uses `decode_into`.
     fn decode(&self, session: &XttsSession<'_, T>, from: usize) -> Result<Vec<f32>, EngineError> {
-        let total = session.frames.len();
+        let (sent, pcm) = channel();
+        let sink = PcmSink::new(
+            move |decoded| {
+                let _ = sent.send(decoded);
+            },
+            || true,
+        );
+        self.decode_into(vec![(session, from, sink)]);
+        pcm.recv()
+            .unwrap_or_else(|_| Err(EngineError("the vocoder thread stopped".into())))
+    }
+
+    /// Hands each session's new latents to the vocoder thread and returns at once.
+    fn decode_into(&self, work: Vec<(&XttsSession<'_, T>, usize, PcmSink)>) {
         let dim = self.prompter.gpt_width;
-        let latents = session.sequence.latents();
-        let mut stream = session.stream.borrow_mut();
-        let done = session.sequence.is_done();
-        if from == 0 && stream.is_none() && done {
-            let all = self.vocoder.latents(latents, total);
-            return Ok(self.vocoder.decode(&all, &session.speaker));
+        for (session, from, sink) in work {
+            let total = session.frames.len();
+            let latents = session.sequence.latents();
+            let speaker = session.speaker.clone();
+            let done = session.sequence.is_done();
+            let request = match session.streamed.get() {
+                None if from == 0 && done => Request::Whole {
+                    latents: latents[..total * dim].to_vec(),
+                    speaker,
+                    sink,
+                },
+                Some(pushed) if pushed != from => {
+                    sink.deliver(Err(EngineError(format!(
+                        "decoding from code {from}, but the stream has been given {pushed}"
+                    ))));
+                    continue;
+                }
+                _ => {
+                    session.streamed.set(Some(total));
+                    Request::Push {
+                        stream: session.stream,
+                        latents: latents[from * dim..total * dim].to_vec(),
+                        finish: done,
+                        speaker,
+                        sink,
+                    }
+                }
+            };
+            self.vocoder.send(request);
         }
-        let (mut open, pushed) = match stream.take() {
-            Some(open) => open,
-            None => (
-                HifiGanStream::new(session.vocoder, session.speaker.clone()),
-                0,
-            ),
-        };
-        if from != pushed {
-            return Err(EngineError(format!(
-                "decoding from code {from}, but the stream has been given {pushed}"
-            )));
-        }
-        let mut pcm = open.push(&latents[from * dim..total * dim]);
-        if done {
-            pcm.extend(open.finish());
-        } else {
-            *stream = Some((open, total));
-        }
-        Ok(pcm)
     }
 }
 

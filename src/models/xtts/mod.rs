@@ -4,8 +4,9 @@
 //! (docs/xtts-v2-spec.md §1, §8); the GPT side: the cloning mel, the conditioning encoder and
 //! perceiver (`conditioning`), and the GPT's code generation and latents (`gpt`), §3-§5; the
 //! speaker encoder (`speaker_encoder`, §3.3) and the HiFi-GAN waveform decoder (`hifigan`, §6)
-//! with a bounded-window stream (`hifigan_stream`, §7); the text front end (`text`,
-//! `tokenizer`, §4; what is exact and what is refused: docs/xtts-text.md).
+//! with a bounded-window stream (`hifigan_stream`, §7), run on a thread of its own
+//! (`vocoder`, as the spec's Auralis table advises); the text front end (`text`, `tokenizer`,
+//! §4; what is exact and what is refused: docs/xtts-text.md).
 
 pub mod catalog;
 pub mod checkpoint;
@@ -23,6 +24,7 @@ pub mod reference_audio;
 pub mod speaker_encoder;
 pub mod text;
 pub mod tokenizer;
+mod vocoder;
 pub mod voice_encoder;
 
 pub use engine::XttsEngine;

@@ -66,6 +66,7 @@ impl VocoderThread {
     ) -> Result<Self, LoadError> {
         let (requests, inbox) = channel();
         let (loaded_tx, loaded) = sync_channel(1);
+        let dir_shown = dir.clone();
         let device = device.clone();
         let thread = T::spawn_model_thread("xtts-vocoder".into(), move || {
             let loading = catch_unwind(AssertUnwindSafe(|| load::<T>(&dir, &device, dtype, rates)));
@@ -73,16 +74,24 @@ impl VocoderThread {
                 Ok(Ok(loaded)) => loaded,
                 Ok(Err(e)) => return drop(loaded_tx.send(Err(e))),
                 Err(_) => {
-                    let e = LoadError::invalid(dir.display().to_string(), "hifigan_decoder", "loading HiFi-GAN panicked");
+                    let e = LoadError::invalid(
+                        dir.display().to_string(),
+                        "hifigan_decoder",
+                        "loading HiFi-GAN panicked",
+                    );
                     return drop(loaded_tx.send(Err(e)));
                 }
             };
             let _ = loaded_tx.send(Ok((decoder.latent_dim(), decoder.embedding_dim())));
             serve(&decoder, inbox);
         })
-        .map_err(|e| LoadError::io("(the vocoder thread)", e))?;
+        .map_err(|e| LoadError::io(&dir_shown, e))?;
         let (latent_dim, embedding_dim) = loaded.recv().unwrap_or_else(|_| {
-            Err(LoadError::invalid("(the vocoder thread)", "hifigan_decoder", "it stopped while loading"))
+            Err(LoadError::invalid(
+                "(the vocoder thread)",
+                "hifigan_decoder",
+                "it stopped while loading",
+            ))
         })?;
         Ok(VocoderThread {
             requests: Some(requests),
@@ -133,7 +142,11 @@ fn serve<T: Tensor>(decoder: &HifiGan<T>, inbox: Receiver<Request>) {
     let mut streams: HashMap<u64, HifiGanStream<'_, T, Conditioning<T>>> = HashMap::new();
     while let Ok(request) = inbox.recv() {
         match request {
-            Request::Whole { latents, speaker, sink } => {
+            Request::Whole {
+                latents,
+                speaker,
+                sink,
+            } => {
                 if sink.wanted() {
                     let pcm = guarded(|| {
                         let cond = conditioning(decoder, &speaker)?;
@@ -143,7 +156,13 @@ fn serve<T: Tensor>(decoder: &HifiGan<T>, inbox: Receiver<Request>) {
                     sink.deliver(pcm);
                 }
             }
-            Request::Push { stream, latents, finish, speaker, sink } => {
+            Request::Push {
+                stream,
+                latents,
+                finish,
+                speaker,
+                sink,
+            } => {
                 if !sink.wanted() {
                     streams.remove(&stream);
                     continue;
@@ -171,12 +190,19 @@ fn serve<T: Tensor>(decoder: &HifiGan<T>, inbox: Receiver<Request>) {
     }
 }
 
-fn conditioning<T: Tensor>(decoder: &HifiGan<T>, speaker: &[f32]) -> Result<Conditioning<T>, EngineError> {
-    decoder.conditioning(speaker).map_err(|e| EngineError(e.to_string()))
+fn conditioning<T: Tensor>(
+    decoder: &HifiGan<T>,
+    speaker: &[f32],
+) -> Result<Conditioning<T>, EngineError> {
+    decoder
+        .conditioning(speaker)
+        .map_err(|e| EngineError(e.to_string()))
 }
 
 /// `decode()`, with a panic turned into an error for its job alone.
-fn guarded(decode: impl FnOnce() -> Result<Vec<f32>, EngineError>) -> Result<Vec<f32>, EngineError> {
+fn guarded(
+    decode: impl FnOnce() -> Result<Vec<f32>, EngineError>,
+) -> Result<Vec<f32>, EngineError> {
     catch_unwind(AssertUnwindSafe(decode)).unwrap_or_else(|panic| {
         let message = panic
             .downcast_ref::<&str>()
