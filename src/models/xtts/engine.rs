@@ -382,6 +382,7 @@ pub struct XttsSession<'m, T: Tensor> {
     speaker: SpeakerEmbedding,
     /// Its stream's id on the vocoder thread, which the session closes when dropped.
     stream: u64,
+    /// Latents given to that stream so far; `None` until streaming began.
     streamed: Cell<Option<usize>>,
     vocoder: Sender<Request>,
     stop_code: u32,
