@@ -1,9 +1,9 @@
 //! HiFi-GAN on a thread of its own (as Auralis serves it; the spec's table of its
-//! optimisations): the worker's GPT batch steps never wait for a waveform. The engine sends each decode here with the session's new
-//! latents and the job's [`PcmSink`]; the thread decodes and delivers into the job's outbox,
-//! which sends the audio in order. Requests are handled in the order sent, so a streamed
-//! session's chunks are too; the thread keeps each streamed session's [`HifiGanStream`]
-//! until the session closes it.
+//! optimisations): the worker's GPT batch steps never wait for a waveform. The engine sends
+//! each decode here with the session's new latents and the job's [`PcmSink`]; the thread
+//! decodes and delivers into the job's outbox, which sends the audio in order. Requests are
+//! handled in the order sent, so a streamed session's chunks are too; the thread keeps each
+//! streamed session's [`HifiGanStream`] until the session closes it.
 //!
 //! The thread loads its own HiFi-GAN from the folder (the weights are memory-mapped: the
 //! pages are shared with the worker's mapping) on the worker's backend, device and dtype.
@@ -50,8 +50,9 @@ pub enum Request {
 pub struct VocoderThread {
     requests: Option<Sender<Request>>,
     thread: Option<JoinHandle<()>>,
-    /// Width of the latents and of the speaker embedding it takes.
+    /// Width of the latents it takes.
     pub latent_dim: usize,
+    /// Width of the speaker embedding it is conditioned on.
     pub embedding_dim: usize,
 }
 
