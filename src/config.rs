@@ -2,6 +2,7 @@
 //! then `VOXTRAL_<KEY>` environment variables, then flags; later sources win.
 
 use crate::device::DeviceChoice;
+use crate::models::detect_family;
 use crate::tensor::DType;
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
@@ -24,9 +25,9 @@ pub struct ServerConfig {
     /// Model folders, one inference worker each; at least one, from any source.
     #[serde(default, deserialize_with = "path_list")]
     pub model: Vec<PathBuf>,
-    /// The ids the models are served under, in the order of `model`; a model without one is
-    /// named after its folder.
-    #[serde(deserialize_with = "string_list")]
+    /// The ids the models are served under, in the order of `model`; for a model without
+    /// one, see [`ServerConfig::models`].
+    #[serde(default, deserialize_with = "string_list")]
     pub model_id: Vec<String>,
     pub host: String,
     pub port: u16,
@@ -222,18 +223,29 @@ impl ServerConfig {
         Ok(config)
     }
 
-    /// Each model's id and folder, in order (the first is the default model).
+    /// Each model's id and folder, in order (the first is the default model). A model that
+    /// `model_id` does not name is served under its folder's name, the first one under its
+    /// family's published name where the family has one (`mistralai/Voxtral-4B-TTS-2603`).
     pub fn models(&self) -> Vec<(String, PathBuf)> {
         self.model
             .iter()
             .enumerate()
             .map(|(i, dir)| {
-                let id = self.model_id.get(i).cloned().unwrap_or_else(|| {
-                    dir.file_name().map_or_else(
-                        || dir.display().to_string(),
-                        |name| name.to_string_lossy().into_owned(),
-                    )
-                });
+                let published = || {
+                    let family = detect_family(dir).ok()?;
+                    (i == 0).then(|| family.published_name())?
+                };
+                let id = self
+                    .model_id
+                    .get(i)
+                    .cloned()
+                    .or_else(|| published().map(String::from))
+                    .unwrap_or_else(|| {
+                        dir.file_name().map_or_else(
+                            || dir.display().to_string(),
+                            |name| name.to_string_lossy().into_owned(),
+                        )
+                    });
                 (id, dir.clone())
             })
             .collect()
@@ -411,6 +423,42 @@ mod tests {
             jail.set_env("VOXTRAL_MODEL_ID", "one,two,three");
             let err = ServerConfig::load(None, &FlagOverrides::default()).unwrap_err();
             assert!(matches!(err, ConfigError::TooManyIds { ids: 3, models: 2 }));
+            Ok(())
+        });
+    }
+
+    /// Without `model_id`, the first model takes its family's published name, so that
+    /// `/v1/models` does not list an XTTS-v2 folder as Voxtral; later ones their folders'.
+    #[test]
+    fn unnamed_models_take_their_published_name_first_then_their_folder_name() {
+        Jail::expect_with(|jail| {
+            let voxtral = r#"{"multimodal": {"audio_model_args": {}}}"#;
+            let folder = |name: &str, file: &str, text: &str| {
+                let dir = jail.directory().join(name);
+                std::fs::create_dir(&dir).unwrap();
+                std::fs::write(dir.join(file), text).unwrap();
+                dir.display().to_string()
+            };
+            let ids_of = |dirs: &[&String]| -> Vec<String> {
+                let flags = FlagOverrides {
+                    model: dirs.iter().map(|d| PathBuf::from(d.as_str())).collect(),
+                    ..Default::default()
+                };
+                let c = ServerConfig::load(None, &flags).unwrap();
+                c.models().into_iter().map(|(id, _)| id).collect()
+            };
+            let tts = folder("tts", "params.json", voxtral);
+            let other_tts = folder("other-tts", "params.json", voxtral);
+            let xtts = folder("xtts", "config.json", r#"{"model": "xtts"}"#);
+            let qwen = folder("qwen", "config.json", r#"{"model_type": "qwen3_tts"}"#);
+            assert_eq!(
+                ids_of(&[&tts, &other_tts, &xtts]),
+                ["mistralai/Voxtral-4B-TTS-2603", "other-tts", "xtts"]
+            );
+            assert_eq!(ids_of(&[&xtts, &tts]), ["coqui/XTTS-v2", "tts"]);
+            assert_eq!(ids_of(&[&qwen]), ["qwen"]);
+            jail.set_env("VOXTRAL_MODEL_ID", "mine");
+            assert_eq!(ids_of(&[&xtts]), ["mine"]);
             Ok(())
         });
     }

@@ -273,6 +273,8 @@ fn served_over_http() {
     let server = server();
     let models = server.get("/v1/models").json();
     let card = &models["data"][0];
+    // Served without a model_id: under XTTS-v2's published name, not another family's.
+    assert_eq!(card["id"], "coqui/XTTS-v2");
     assert_eq!(card["family"], "xtts-v2");
     assert_eq!(card["capabilities"]["cloning"], true);
     assert!(card["capabilities"]["languages"]

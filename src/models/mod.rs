@@ -119,6 +119,20 @@ pub fn detect_family(dir: &Path) -> Result<Family, LoadError> {
     FolderConfig::read(dir).map(|folder| folder.family)
 }
 
+impl Family {
+    /// The published model's name, which a folder of this family is served under when the
+    /// settings give it no `model_id`; `None` for a family published in several variants
+    /// (Qwen3-TTS), whose folder name says which.
+    pub fn published_name(self) -> Option<&'static str> {
+        match self {
+            Family::VoxtralTts => Some("mistralai/Voxtral-4B-TTS-2603"),
+            Family::VoxtralRealtime => Some("mistralai/Voxtral-Mini-4B-Realtime-2602"),
+            Family::Xtts => Some("coqui/XTTS-v2"),
+            Family::Qwen3Tts => None,
+        }
+    }
+}
+
 /// Detects the family of `dir`, loads it on `device` with `options` and hands the engine to
 /// `with`. A speech-to-text folder is refused: it does not speak.
 pub fn load_tts<T: Tensor, W: WithEngine>(
