@@ -162,6 +162,11 @@ impl<'m, E: TextToSpeech> ActiveJob<'m, E> {
         self.outbox.fail(error, outcome);
     }
 
+    /// Its client has gone: counted as cancelled, and its pending decodes are not wanted.
+    pub fn cancel(&self) {
+        self.outbox.cancel();
+    }
+
     /// Once the current segment has stopped (its audio asked for): on to the next segment,
     /// or the job's end (true: `Done` goes out after its last audio).
     pub fn advance(

@@ -94,7 +94,13 @@ impl Outbox {
     /// The job failed: `Failed` goes out now, and audio still being decoded is dropped.
     pub fn fail(&self, error: JobError, outcome: &'static str) {
         let mut state = self.lock();
-        self.end(&mut state, JobEvent::Failed(error), outcome);
+        self.end(&mut state, Some(JobEvent::Failed(error)), outcome);
+    }
+
+    /// The client has gone: the job is counted as cancelled, once, and nothing more is sent.
+    pub fn cancel(&self) {
+        let mut state = self.lock();
+        self.end(&mut state, None, "cancelled");
     }
 
     /// `Done` or `Failed` has gone out, or the client has gone: nothing more is wanted.
@@ -149,9 +155,13 @@ impl Outbox {
                     let joined = state.joiner.extend(&pcm);
                     state.send_audio(joined);
                 }
+                // A decode skipped because the client went away is no failure.
+                Piece::Audio(Some(Err(_))) if state.events.is_closed() => {
+                    self.end(state, None, "cancelled");
+                }
                 Piece::Audio(Some(Err(e))) => {
                     tracing::error!(message = %e.0, "decoding failed");
-                    self.end(state, JobEvent::Failed(JobError::Engine(e)), "failed");
+                    self.end(state, Some(JobEvent::Failed(JobError::Engine(e))), "failed");
                 }
                 Piece::Audio(None) => unreachable!("checked above"),
                 Piece::NextSegment => state.joiner.begin_segment(),
@@ -166,20 +176,23 @@ impl Outbox {
                             .real_time_factor
                             .record(summary.synthesis_time.as_secs_f64() / audio_seconds);
                     }
-                    self.end(state, JobEvent::Done(summary), "completed");
+                    self.end(state, Some(JobEvent::Done(summary)), "completed");
                 }
             }
         }
     }
 
-    fn end(&self, state: &mut State, last: JobEvent, outcome: &'static str) {
+    /// Sends `last`, if any, and counts the job's `outcome`: once, whoever ends it first.
+    fn end(&self, state: &mut State, last: Option<JobEvent>, outcome: &'static str) {
         if state.ended {
             return;
         }
         state.ended = true;
         state.queue.clear();
         self.metrics.job(outcome);
-        let _ = state.events.send(last);
+        if let Some(last) = last {
+            let _ = state.events.send(last);
+        }
     }
 }
 
@@ -287,12 +300,16 @@ mod tests {
     }
 
     #[test]
-    fn a_gone_client_wants_no_more_audio() {
+    fn a_gone_client_wants_no_more_audio_and_its_skipped_decode_ends_the_job() {
         let (outbox, received) = outbox();
         let sink = outbox.audio_sink();
+        outbox.done(summary());
         assert!(sink.wanted());
         drop(received);
         assert!(!sink.wanted());
-        assert!(!outbox.finished(), "the worker counts it as cancelled");
+        assert!(!outbox.finished());
+        // A decoder skips unwanted audio: the sink is dropped undelivered.
+        drop(sink);
+        assert!(outbox.finished(), "ended (as cancelled), not left waiting");
     }
 }

@@ -306,7 +306,7 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
         if self.active.is_empty() {
             return;
         }
-        let (engine, metrics) = (self.engine, self.metrics);
+        let engine = self.engine;
         let stepped = catch_unwind(AssertUnwindSafe(|| {
             let mut batch: Vec<_> = self.active.iter_mut().flat_map(|a| a.sessions()).collect();
             engine.step(&mut batch)
@@ -339,7 +339,7 @@ impl<'m, E: TextToSpeech> Batcher<'m, E> {
             match active.count_frames() {
                 Ok(()) => running.push(active),
                 Err(ClientGone { frames }) => {
-                    metrics.job("cancelled");
+                    active.cancel();
                     tracing::info!(frames, "client gone: job stopped");
                 }
             }
