@@ -5,13 +5,14 @@
 //! handled in the order sent, so a streamed session's chunks are too; the thread keeps each
 //! streamed session's [`HifiGanStream`] until the session closes it.
 //!
-//! The thread loads its own HiFi-GAN from the folder (the weights are memory-mapped: the
-//! pages are shared with the worker's mapping) on the worker's backend, device and dtype.
+//! The thread loads its own HiFi-GAN from the folder's `model.safetensors` (memory-mapped:
+//! the pages are shared with the worker's mapping) on the worker's backend, device and dtype.
 
-use super::folder::XttsFolder;
+use super::convert::MODEL_SAFETENSORS;
 use super::hifigan::{Conditioning, DecoderRates, HifiGan};
 use super::hifigan_stream::HifiGanStream;
 use crate::engine::{EngineError, PcmSink};
+use crate::nn::checkpoint::Checkpoint;
 use crate::nn::layers::Loader;
 use crate::nn::LoadError;
 use crate::tensor::{DType, Tensor};
@@ -71,7 +72,7 @@ impl VocoderThread {
         let device = device.clone();
         let thread = T::spawn_model_thread("xtts-vocoder".into(), move || {
             let loading = catch_unwind(AssertUnwindSafe(|| load::<T>(&dir, &device, dtype, rates)));
-            let (_folder, decoder) = match loading {
+            let (_weights, decoder) = match loading {
                 Ok(Ok(loaded)) => loaded,
                 Ok(Err(e)) => return drop(loaded_tx.send(Err(e))),
                 Err(_) => {
@@ -125,17 +126,19 @@ impl Drop for VocoderThread {
     }
 }
 
+/// HiFi-GAN from the folder's weights (the engine has opened and checked the folder already;
+/// this thread maps only `model.safetensors`), and the checkpoint its tensors point into.
 fn load<T: Tensor>(
     dir: &std::path::Path,
     device: &T::Device,
     dtype: DType,
     rates: DecoderRates,
-) -> Result<(XttsFolder, HifiGan<T>), LoadError> {
-    let folder = XttsFolder::open(dir)?;
+) -> Result<(Checkpoint, HifiGan<T>), LoadError> {
+    let weights = Checkpoint::open(&dir.join(MODEL_SAFETENSORS))?;
     let dtype = if T::is_cpu(device) { DType::F32 } else { dtype };
-    let loader = Loader::<T>::new(&folder.weights, device, dtype);
+    let loader = Loader::<T>::new(&weights, device, dtype);
     let decoder = HifiGan::load(&loader.scoped("hifigan_decoder."), rates)?;
-    Ok((folder, decoder))
+    Ok((weights, decoder))
 }
 
 /// Handles requests until every sender is gone.
