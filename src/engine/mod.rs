@@ -65,6 +65,11 @@ pub struct ModelCard {
     pub device: String,
 }
 
+/// The language of a BCP 47 code without its region: `fr` of `fr-CA` (or `fr_CA`).
+pub fn primary_language(code: &str) -> &str {
+    code.split(['-', '_']).next().unwrap_or(code)
+}
+
 /// A preset voice as a card describes it.
 #[derive(Clone, Debug)]
 pub struct VoiceInfo {

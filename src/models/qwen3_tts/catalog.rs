@@ -2,7 +2,7 @@
 //! names mapped onto them, and the models' languages as BCP 47 codes.
 
 use super::config::{Qwen3TtsConfig, TtsModelType};
-use crate::engine::{ModelCard, VoiceInfo};
+use crate::engine::{primary_language, ModelCard, VoiceInfo};
 
 /// A CustomVoice speaker's native language (code, name) and gender, from the published
 /// model card; every speaker speaks every language of the model.
@@ -52,7 +52,7 @@ const LANGUAGES: [(&str, &str); 10] = [
 
 /// The config's name of a BCP 47 code (`en`, `en-US`), any case; `None` for other input.
 pub fn language_name(code: &str) -> Option<&'static str> {
-    let primary = code.split(['-', '_']).next().unwrap_or(code);
+    let primary = primary_language(code);
     LANGUAGES
         .iter()
         .find(|(c, _)| c.eq_ignore_ascii_case(primary))

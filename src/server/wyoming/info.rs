@@ -1,7 +1,7 @@
 //! The `info` answer to `describe`: one TTS program with the model's presets as voices, and
 //! the voice a request without one gets.
 
-use crate::engine::ModelCard;
+use crate::engine::{primary_language, ModelCard};
 use crate::server::voice_catalog;
 use serde_json::{json, Value};
 
@@ -47,7 +47,7 @@ pub fn info(model: &ModelCard, model_id: &str) -> Value {
 /// The first preset speaking `language` (`fr`, or `fr-FR`), else the preset OpenAI's default
 /// voice (`alloy`) selects, else the first preset.
 pub fn default_voice<'a>(model: &'a ModelCard, language: Option<&str>) -> Option<&'a str> {
-    let wanted = language.map(|l| l.split(['-', '_']).next().unwrap_or(l));
+    let wanted = language.map(primary_language);
     let in_language = wanted.and_then(|code| {
         model
             .voices

@@ -5,6 +5,7 @@
 
 use super::Voice;
 use crate::audio::input::{decode_to_rate, AudioInputError, DecodeLimits};
+use crate::engine::primary_language;
 use crate::engine::voice::{VoiceEncodeError, VoiceTensors};
 use crate::scheduler::voice_encoding::{VoiceEncoderState, VoiceEncodingJob, VoiceSubmitError};
 use crate::server::error::{ApiError, ErrorResponse};
@@ -115,7 +116,7 @@ fn non_blank(field: &Option<String>) -> Option<&str> {
 /// The model's spelling of `requested` among its `languages` (BCP 47): the same code in any
 /// case, or a regional variant of one (`en-US` for `en`).
 fn model_language(languages: &[String], requested: &str) -> Result<String, ApiError> {
-    let primary = requested.split(['-', '_']).next().unwrap_or(requested);
+    let primary = primary_language(requested);
     languages
         .iter()
         .find(|l| l.eq_ignore_ascii_case(requested))
