@@ -372,8 +372,9 @@ impl<T: Tensor> Voxtral<T> {
     }
 
     /// [`Voxtral::decode_tail`] of several streams: on an accelerator together, in one codec
-    /// pass for streams of like lengths (`Codec::decode_tails`); on the CPU one at a time, so that a stream's audio stays bit for bit what it is
-    /// alone (batched products sum in another order).
+    /// pass for streams of like lengths (`Codec::decode_tails`); on the CPU one at a time, so
+    /// that a stream's audio stays bit for bit what it is alone (batched products sum in
+    /// another order).
     pub fn decode_tails(
         &self,
         streams: &[(&[Vec<u32>], usize)],

@@ -200,10 +200,11 @@ async fn blocking<T: Send + 'static>(
 /// to the model's; a family that averages several clips takes the field repeated), `name`,
 /// optionally `transcript` (what the clip says: the model then clones in context, closer to
 /// the clip), `language` (one of the model's, BCP 47: speech with the voice is in it when a
-/// request names none) and `model` (a served model's id; the default model when absent). Use the voice
-/// in speech requests as `"voice": {"id": "voice_..."}`. The same clip, transcript and model
-/// under the same name returns the voice already stored. Only models that clone accept it
-/// (Qwen3-TTS Base); the voice is kept in the server's voices folder across restarts.
+/// request names none) and `model` (a served model's id; the default model when absent). Use
+/// the voice in speech requests as `"voice": {"id": "voice_..."}`. The same clip, transcript,
+/// language and model under the same name returns the voice already stored. Only models that
+/// clone accept it (Qwen3-TTS Base, XTTS-v2); the voice is kept in the server's voices folder
+/// across restarts.
 #[utoipa::path(post, path = "/v1/audio/voices", tag = "audio", security(("api_key" = [])),
     request_body(content_type = "multipart/form-data", description = "audio_sample, name, transcript, language, model"),
     responses(
