@@ -199,6 +199,27 @@ pub fn masked_pool_attention(
     ))
 }
 
+/// `host` on `device`. On an accelerator the bytes go through page-locked memory and an
+/// asynchronous copy, so the host queues the copy and goes on: a copy from ordinary (pageable)
+/// memory would first wait for everything already queued on the device. libtorch's pinned
+/// allocator keeps the page-locked block until the copy has run. Where pinning fails, the copy
+/// waits, as before, and says so once.
+fn upload(host: tch::Tensor, device: Device) -> tch::Tensor {
+    if device == Device::Cpu {
+        return host;
+    }
+    match host.f_internal_pin_memory(device) {
+        Ok(pinned) => pinned.to_device_(device, pinned.kind(), true, false),
+        Err(error) => {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                tracing::warn!(%error, "page-locked uploads unavailable; each upload waits for the device")
+            });
+            host.to_device(device)
+        }
+    }
+}
+
 impl Tensor for TchTensor {
     type Device = Device;
     type Rope = TchRope;
@@ -206,15 +227,14 @@ impl Tensor for TchTensor {
 
     fn from_f32(device: &Device, data: &[f32], shape: &[usize], dtype: DType) -> Self {
         let t = tch::Tensor::from_slice(data).reshape(dims(shape));
-        Self::wrap(t.to_device(*device).to_kind(kind(dtype)))
+        Self::wrap(upload(t, *device).to_kind(kind(dtype)))
     }
 
     fn from_i64(device: &Device, data: &[i64], shape: &[usize]) -> Self {
-        Self::wrap(
-            tch::Tensor::from_slice(data)
-                .reshape(dims(shape))
-                .to_device(*device),
-        )
+        Self::wrap(upload(
+            tch::Tensor::from_slice(data).reshape(dims(shape)),
+            *device,
+        ))
     }
 
     unsafe fn from_raw(device: &Device, raw: &RawTensor<'_>, dtype: DType) -> Self {
@@ -485,6 +505,11 @@ impl Tensor for TchTensor {
 
     fn transpose(&self, a: usize, b: usize) -> Self {
         Self::wrap(self.0.transpose(a as i64, b as i64))
+    }
+
+    /// A view: nothing is copied until something reads it.
+    fn broadcast_to(&self, shape: &[usize]) -> Self {
+        Self::wrap(self.0.expand(dims(shape), false))
     }
 
     fn narrow(&self, dim: usize, start: usize, len: usize) -> Self {
