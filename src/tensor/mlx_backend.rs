@@ -429,6 +429,10 @@ impl Tensor for MlxTensor {
         Self::op(self.array.swap_axes(axis(a), axis(b)))
     }
 
+    fn broadcast_to(&self, shape: &[usize]) -> Self {
+        Self::op(ops::broadcast_to(&self.array, &dims(shape)))
+    }
+
     fn narrow(&self, dim: usize, start: usize, len: usize) -> Self {
         let (lo, hi) = slice_bounds(self.array.shape(), dim, start, len);
         let strides = vec![1; lo.len()];

@@ -190,6 +190,8 @@ pub trait Tensor: Clone + Sized + 'static {
     fn reshape(&self, shape: &[usize]) -> Self;
     fn transpose(&self, a: usize, b: usize) -> Self;
     fn narrow(&self, dim: usize, start: usize, len: usize) -> Self;
+    /// `self` repeated along its axes of size 1 to `shape` (of the same rank).
+    fn broadcast_to(&self, shape: &[usize]) -> Self;
     fn cat(parts: &[&Self], dim: usize) -> Self;
     fn sum_dim(&self, dim: usize) -> Self;
     /// Index of the maximum along the last axis, as an i64 tensor.

@@ -6,6 +6,7 @@ use super::params::{Config, END_AUDIO_CODE, NUM_AUDIO_SPECIAL_CODES};
 use crate::nn::layers::{time_embedding, AttentionProj, FeedForward, Loader, RmsNorm};
 use crate::nn::LoadError;
 use crate::tensor::{DType, Tensor};
+use std::cell::RefCell;
 
 /// Classifier-free guidance weight of the conditional velocity.
 pub const CFG_ALPHA: f32 = 1.2;
@@ -32,9 +33,15 @@ impl<T: Tensor> FlowLayer<T> {
                 t.narrow(1, 0, queries)
             }
         };
-        let q = a.split_heads(&a.q(&first(&n)), a.n_heads);
-        let k = a.split_heads(&a.k(&n), a.n_kv_heads);
-        let v = a.split_heads(&a.v(&n), a.n_kv_heads);
+        // One product for q, k and v where every token is a query (fused on accelerators).
+        let (q, k, v) = if queries == n.shape()[1] {
+            a.qkv(&n)
+        } else {
+            (a.q(&first(&n)), a.k(&n), a.v(&n))
+        };
+        let q = a.split_heads(&q, a.n_heads);
+        let k = a.split_heads(&k, a.n_kv_heads);
+        let v = a.split_heads(&v, a.n_kv_heads);
         let h = first(x).add(&a.merge_heads(&T::attention(&q, &k, &v, None, false, a.scale())));
         h.add(&self.feed_forward.forward(&self.ffn_norm.forward(&h)))
     }
@@ -58,6 +65,36 @@ pub struct FlowHead<T: Tensor> {
     dim: usize,
     dtype: DType,
     device: T::Device,
+    buffers: RefCell<Option<EulerBuffers<T>>>,
+}
+
+/// The tensors a frame's Euler steps read and write, allocated once for up to `rows` streams
+/// and written in place (the fixed inputs and outputs a captured CUDA graph needs). A batch of
+/// `b` streams uses the first `b` rows of `state` and `codes`, and the `2b` rows of `tokens`
+/// from `rows - b`: conditional rows end at `rows`, unconditional ones start there, so the
+/// batch's rows are one contiguous block in the reference's order (conditional first).
+struct EulerBuffers<T> {
+    rows: usize,
+    /// The ODE state, `[rows, n_acoustic]` f32: the noise copied in, then each step's update.
+    state: T,
+    /// The flow transformer's three input tokens per row, `[2 rows, 3, dim]`: the state's
+    /// projection, the time step's embedding and the hidden state's projection. That last is
+    /// zero for the unconditional rows, written once here.
+    tokens: T,
+    /// Semantic code and acoustic levels per row, `[rows, 1 + n_acoustic]` f32: one read.
+    codes: T,
+}
+
+impl<T: Tensor> EulerBuffers<T> {
+    fn new(head: &FlowHead<T>, rows: usize) -> Self {
+        let device = &head.device;
+        EulerBuffers {
+            rows,
+            state: T::zeros(device, &[rows, head.n_acoustic], DType::F32),
+            tokens: T::zeros(device, &[2 * rows, 3, head.dim], head.dtype),
+            codes: T::zeros(device, &[rows, 1 + head.n_acoustic], DType::F32),
+        }
+    }
 }
 
 impl<T: Tensor> FlowHead<T> {
@@ -149,6 +186,7 @@ impl<T: Tensor> FlowHead<T> {
             dim,
             dtype,
             device: l.device.clone(),
+            buffers: RefCell::new(None),
         })
     }
 
@@ -161,6 +199,16 @@ impl<T: Tensor> FlowHead<T> {
     /// `[b][1 + n_acoustic]`.
     pub fn sample(&self, hidden: &T, noise: &T) -> Vec<Vec<u32>> {
         let b = hidden.shape()[0];
+        assert_eq!(
+            noise.shape(),
+            [b, self.n_acoustic],
+            "noise must hold n_acoustic values per row"
+        );
+        let mut slot = self.buffers.borrow_mut();
+        if slot.as_ref().is_none_or(|buffers| buffers.rows < b) {
+            *slot = Some(EulerBuffers::new(self, b));
+        }
+        let buffers = slot.as_mut().expect("allocated above");
         let logits = hidden
             .to_dtype(DType::F32)
             .linear(&self.semantic_out)
@@ -168,7 +216,10 @@ impl<T: Tensor> FlowHead<T> {
         // Semantic ids as f32 (exact below 2^24) beside the acoustic levels: the frame's
         // codes come to the host in one read, the step's only synchronisation.
         let semantic = logits.argmax_last().to_dtype(DType::F32).reshape(&[b, 1]);
-        let codes = T::cat(&[&semantic, &self.acoustic(hidden, noise)], 1);
+        let levels = self.acoustic(buffers, hidden, noise);
+        buffers.codes.write_at(&[0, 0], &semantic);
+        buffers.codes.write_at(&[0, 1], &levels);
+        let codes = buffers.codes.narrow(0, 0, b);
         // One evaluation per frame (lazy backends): both heads and every Euler step.
         T::eval(&[&codes]);
         let codes = codes.to_vec_f32();
@@ -189,28 +240,32 @@ impl<T: Tensor> FlowHead<T> {
     }
 
     /// FSQ levels (before the +2 offset) `[b, n_acoustic]` as floats.
-    fn acoustic(&self, hidden: &T, noise: &T) -> T {
+    fn acoustic(&self, buffers: &mut EulerBuffers<T>, hidden: &T, noise: &T) -> T {
         let b = hidden.shape()[0];
-        // The unconditional rows see a zero hidden state.
-        let unconditional = T::zeros(&self.device, &[b, self.dim], self.dtype);
-        let llm = T::cat(&[hidden, &unconditional], 0)
+        let (conditional, unconditional) = (buffers.rows - b, buffers.rows);
+        // The projections of the conditional rows; the unconditional rows see a zero hidden
+        // state, whose projection is the zeros already in the buffer.
+        let llm = hidden
             .linear(&self.llm_projection)
-            .reshape(&[2 * b, 1, self.dim]);
-        assert_eq!(
-            noise.shape(),
-            [b, self.n_acoustic],
-            "noise must hold n_acoustic values per row"
-        );
+            .reshape(&[b, 1, self.dim]);
+        buffers.tokens.write_at(&[conditional, 2, 0], &llm);
         // The ODE state, the guidance mix and FSQ stay in f32 whatever the compute dtype: it
         // is 36 values per frame, and bf16 rounding here would move codes across FSQ levels.
-        let mut x = noise.clone();
-        for t in &self.time_table {
-            let xb = T::cat(&[&x, &x], 0)
+        buffers.state.write_at(&[0, 0], noise);
+        let steps = self.time_table.len();
+        let mut x = buffers.state.narrow(0, 0, b);
+        for (i, t) in self.time_table.iter().enumerate() {
+            // Both halves see the same state.
+            let xb = x
                 .to_dtype(self.dtype)
                 .linear(&self.input_projection)
-                .reshape(&[2 * b, 1, self.dim]);
-            let ts: Vec<&T> = std::iter::repeat_n(t, 2 * b).collect();
-            let mut h = T::cat(&[&xb, &T::cat(&ts, 0), &llm], 1);
+                .reshape(&[b, 1, self.dim]);
+            buffers.tokens.write_at(&[conditional, 0, 0], &xb);
+            buffers.tokens.write_at(&[unconditional, 0, 0], &xb);
+            buffers
+                .tokens
+                .write_at(&[conditional, 1, 0], &t.broadcast_to(&[2 * b, 1, self.dim]));
+            let mut h = buffers.tokens.narrow(0, conditional, 2 * b);
             // The velocity is read from the first token (the state's) of the last layer.
             let (last, others) = self.layers.split_last().expect("at least one layer");
             for layer in others {
@@ -227,6 +282,10 @@ impl<T: Tensor> FlowHead<T> {
                 .scale(self.alpha)
                 .add(&v.narrow(0, b, b).scale(self.beta));
             x = x.add(&v.scale(self.dt));
+            if i + 1 < steps {
+                buffers.state.write_at(&[0, 0], &x);
+                x = buffers.state.narrow(0, 0, b);
+            }
         }
         let levels = (self.levels - 1) as f32;
         x.clamp(-1.0, 1.0)
