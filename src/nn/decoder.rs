@@ -65,7 +65,14 @@ pub struct Decoder<T: Tensor> {
     window: Option<usize>,
     /// Per layer, `[1, 1, dim]`: multiplies the feed-forward norm's output.
     ffn_norm_scales: Option<Vec<T>>,
+    /// Prefill chunks are padded to a multiple of this many tokens (accelerators only).
+    prefill_bucket: Option<usize>,
 }
+
+/// Tokens a prefill chunk is rounded up to on an accelerator: prompts of any length then
+/// run in a few shapes, and on CUDA the first run at a new shape costs tens of milliseconds
+/// (as the pooled attention's key length did, `tch_backend::POOL_KEYS_BUCKET`).
+const PREFILL_BUCKET: usize = 64;
 
 impl<T: Tensor> Decoder<T> {
     /// Loads `{prefix}layers.{i}.*` and `{prefix}norm.weight` in Mistral's names.
@@ -92,6 +99,7 @@ impl<T: Tensor> Decoder<T> {
             device: l.device.clone(),
             window: None,
             ffn_norm_scales: None,
+            prefill_bucket: (!T::is_cpu(l.device)).then_some(PREFILL_BUCKET),
         })
     }
 
@@ -216,7 +224,22 @@ impl<T: Tensor> Decoder<T> {
 
     /// A prompt, or its next chunk, for one sequence.
     fn prefill(&self, x: &T, pool: &mut KvPool<T>, slot: &KvSlot) -> T {
-        let (start, len) = (slot.len, x.shape()[1]);
+        let (start, tokens) = (slot.len, x.shape()[1]);
+        // Padding goes after the chunk's tokens: causal attention keeps it out of them, and
+        // its keys and values land past the slot's length, where the next chunk or step
+        // writes before any query may read.
+        let len = self.prefill_bucket.map_or(tokens, |bucket| {
+            tokens
+                .next_multiple_of(bucket)
+                .min(pool.positions() - start)
+        });
+        let x = if len > tokens {
+            let shape = x.shape();
+            let padding = T::zeros(&self.device, &[1, len - tokens, shape[2]], x.dtype());
+            T::cat(&[x, &padding], 1)
+        } else {
+            x.clone()
+        };
         // After the first chunk, or where the window cuts into the chunk, a mask (the same in
         // every layer). A prompt from 0 within the window is plainly causal.
         let windowed = self.window.is_some_and(|w| start + len > w);
@@ -236,7 +259,12 @@ impl<T: Tensor> Decoder<T> {
             let out = T::attention(&q, &keys, &values, mask.as_ref(), mask.is_none(), a.scale());
             h = self.feed_forward(i, &h.add(&a.merge_heads(&out)));
         }
-        self.norm.forward(&h)
+        let out = self.norm.forward(&h);
+        if len > tokens {
+            out.narrow(1, 0, tokens)
+        } else {
+            out
+        }
     }
 
     /// `[1, 1, len, start + len]`: 0 where query `i` (at position `start + i`) may see the key,
@@ -451,6 +479,45 @@ mod tests {
             &decoder.forward(&next, &mut pool, &mut [&mut chunked]),
             &decoder.forward(&next, &mut pool, &mut [&mut whole]),
         );
+    }
+
+    /// Chunks padded to a bucket (as on accelerators) give the unpadded outputs, and the
+    /// steps after them see the same keys and values, windowed or not, also where the pool's
+    /// end cuts a bucket short.
+    #[test]
+    fn prefill_chunks_padded_to_a_bucket_equal_unpadded_ones() {
+        let _guard = tch::no_grad_guard();
+        let dir = tempfile::tempdir().unwrap();
+        let ckpt = checkpoint(dir.path(), "");
+        let l = Loader::<TchTensor>::new(&ckpt, &tch::Device::Cpu, DType::F32);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let values: Vec<f32> = (0..14 * DIMS.dim)
+            .map(|_| rng.random::<f32>() - 0.5)
+            .collect();
+        let x = TchTensor::from_f32(&tch::Device::Cpu, &values, &[1, 14, DIMS.dim], DType::F32);
+        for window in [None, Some(5)] {
+            let plain = Decoder::load(&l, "", &DIMS).unwrap().with_window(window);
+            assert_eq!(plain.prefill_bucket, None, "no padding on the CPU");
+            let padded = Decoder {
+                prefill_bucket: Some(8),
+                ..Decoder::load(&l, "", &DIMS).unwrap().with_window(window)
+            };
+            // Chunks of 5, 6 and 2 tokens, then a step; 16 positions cut the third chunk's
+            // bucket of 8 to 5.
+            let run = |d: &Decoder<TchTensor>| {
+                let mut pool = d.new_pool(DType::F32, 1, 16);
+                let mut slot = pool.acquire().unwrap();
+                let parts: Vec<TchTensor> = [(0, 5), (5, 6), (11, 2), (13, 1)]
+                    .iter()
+                    .map(|&(start, len)| {
+                        d.forward(&x.narrow(1, start, len), &mut pool, &mut [&mut slot])
+                    })
+                    .collect();
+                assert_eq!(slot.len, 14, "the slot counts real tokens only");
+                TchTensor::cat(&parts.iter().collect::<Vec<_>>(), 1)
+            };
+            close(&run(&padded), &run(&plain));
+        }
     }
 
     /// Fused q/k/v and gate/up products (what accelerators run) give what the separate
