@@ -14,8 +14,9 @@
 #   3. the host's waits for the GPU per decode step, counted in the CUDA runtime
 #      (tools/gpu/count_syncs.c): two `synth` runs of different lengths through the worker;
 #   4. `bench` of the full-size random checkpoint in bf16 at 1, 8, 32 and 64 streams;
-#   5. the server on that checkpoint (64 slots) under `load` from 1, 8, 32 and 64 streaming
-#      clients, with the GPU's busy time sampled by nvidia-smi.
+#   5. the server on that checkpoint (64 slots): one frame at each of 12 new prompt lengths,
+#      then `load` from 1, 8, 32 and 64 streaming clients, with the GPU's busy time sampled
+#      by nvidia-smi.
 # Results go to OUT/gpu-check.txt; the checkpoints are written under OUT/models.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -138,6 +139,23 @@ VOXTRAL_DEVICE=cuda VOXTRAL_MAX_BATCH_SIZE=64 VOXTRAL_KV_CACHE_BUDGET_MIB=16384 
   VOXTRAL_QUEUE_CAPACITY=128 "$BIN" serve --model "$full" --port 8123 >"$OUT/serve.log" 2>&1 &
 server=$!
 for _ in $(seq 240); do curl -sf localhost:8123/ready >/dev/null && break; sleep 0.5; done
+# One frame for each of 12 texts of new lengths, one after another, after one warm-up: on
+# CUDA a prompt of a length not seen before can pay for new shapes.
+speak() {
+  curl -s -o /dev/null -w "%{http_code} %{time_total}\n" localhost:8123/v1/audio/speech \
+    -H 'content-type: application/json' -d "{\"model\": \"tts-1\", \"voice\": \"alloy\",
+      \"input\": \"$1\", \"response_format\": \"pcm\", \"max_frames\": 1}"
+}
+speak "Warming up." >/dev/null
+for words in $(seq 4 5 59); do speak "$(yes word | head -$words | tr '\n' ' ')"; done |
+  python3 -c '
+import sys
+rows = [line.split() for line in sys.stdin]
+ok = [float(t) * 1000 for code, t in rows if code == "200"]
+ok.sort()
+print(f"one frame at 12 new prompt lengths: {len(ok)} ok, p50 {ok[len(ok) // 2]:.0f} ms, "
+      f"max {ok[-1]:.0f} ms" if ok else "one frame at 12 new prompt lengths: none ok")' |
+  tee -a "$REPORT"
 timeout 240 "$BIN" load --url http://127.0.0.1:8123 --clients 1,8,32,64 --requests 2 \
   --max-frames 60 2>&1 | tail -5 | tee -a "$REPORT"
 tail -1 "$REPORT" | grep -Eq "^ +64 +128 +0 " || fail "load: 64 clients did not all complete"
