@@ -6,9 +6,6 @@
 #
 #   scripts/gpu-check.sh [BINARY] [OUT]    (defaults: target/release/voxtral-tts, target/gpu-check)
 #
-# CHECKS="3 4" runs only those checks; VOXTRAL_GPU_CHECK_MODELS names a folder for the
-# checkpoints, kept between runs (default OUT/models).
-# It needs python3 with torch (its libtorch is the one the binary loads) and a C compiler.
 #   1. correctness: CUDA f32 gives the CPU's codes on the tiny presets (noise 0, 40 frames);
 #   2. batched equals alone on CUDA in f32 (`bench --dtype f32 --batch 8,32`);
 #   3. the host's waits for the GPU per decode step, counted in the CUDA runtime
@@ -17,7 +14,12 @@
 #   5. the server on that checkpoint (64 slots): one frame at each of 12 new prompt lengths,
 #      then `load` from 1, 8, 32 and 64 streaming clients, with the GPU's busy time sampled
 #      by nvidia-smi.
-# Results go to OUT/gpu-check.txt; the checkpoints are written under OUT/models.
+# Results go to OUT/gpu-check.txt, and the exit status is 1 when a check fails.
+# CHECKS="3 4" runs only those checks; VOXTRAL_GPU_CHECK_MODELS names a folder for the
+# checkpoints, kept between runs (default OUT/models).
+#
+# It needs nvidia-smi, python3, curl and a C compiler. Where python3 has torch, the binary
+# loads that libtorch (a binary built elsewhere, as on a lent GPU machine); otherwise its own.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$(realpath "${1:-$ROOT/target/release/voxtral-tts}")
@@ -27,8 +29,9 @@ MODELS=${VOXTRAL_GPU_CHECK_MODELS:-$OUT/models}
 CHECKS=${CHECKS:-1 2 3 4 5}
 REPORT=$OUT/gpu-check.txt
 mkdir -p "$MODELS"
-TORCH_LIB=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')/lib
-export LD_LIBRARY_PATH=$TORCH_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+if TORCH_DIR=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))' 2>/dev/null); then
+  export LD_LIBRARY_PATH=$TORCH_DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 export RUST_LOG=${RUST_LOG:-warn}
 FAILED=0
 
