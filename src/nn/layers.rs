@@ -31,6 +31,9 @@ pub struct Loader<'a, T: Tensor> {
     /// one: on accelerators one product launches once instead of three times. Off on a CPU,
     /// where each weight is read in place from the memory map.
     fuse: bool,
+    /// Matrices (linear weights only) in the backend's form for products of a few rows made
+    /// many times over (`Tensor::pack_for_few_rows`).
+    pack: bool,
 }
 
 impl<'a, T: Tensor> Loader<'a, T> {
@@ -41,6 +44,16 @@ impl<'a, T: Tensor> Loader<'a, T> {
             dtype,
             prefix: String::new(),
             fuse: !T::is_cpu(device),
+            pack: false,
+        }
+    }
+
+    /// The same loader, its matrices packed for products of a few rows (`Loader::pack`): for
+    /// a part whose every matrix is a linear weight.
+    pub fn packing(&self) -> Self {
+        Loader {
+            pack: true,
+            ..self.with_dtype(self.dtype)
         }
     }
 
@@ -68,6 +81,7 @@ impl<'a, T: Tensor> Loader<'a, T> {
             dtype,
             prefix: self.prefix.clone(),
             fuse: self.fuse,
+            pack: self.pack,
         }
     }
 
@@ -81,8 +95,14 @@ impl<'a, T: Tensor> Loader<'a, T> {
     }
 
     pub fn tensor(&self, key: &str, shape: &[usize]) -> Result<T, LoadError> {
-        self.ckpt
-            .load::<T>(self.device, &self.key(key), shape, self.dtype)
+        let t = self
+            .ckpt
+            .load::<T>(self.device, &self.key(key), shape, self.dtype)?;
+        Ok(if self.pack && shape.len() == 2 {
+            T::pack_for_few_rows(&t)
+        } else {
+            t
+        })
     }
 
     pub fn tensor_as(&self, key: &str, shape: &[usize], dtype: DType) -> Result<T, LoadError> {

@@ -158,8 +158,14 @@ pub trait Tensor: Clone + Sized + 'static {
             .add(&self.clamp(f32::MIN, 0.0).scale(slope))
     }
 
-    /// `x @ weight.T` for `weight` `[out, in]`.
+    /// `x @ weight.T` for `weight` `[out, in]`, or as packed by `pack_for_few_rows`.
     fn linear(&self, weight: &Self) -> Self;
+    /// `weight` `[out, in]` in the form `linear` multiplies fastest when only a few rows come
+    /// at a time, many times over (the flow head's), for a weight used by `linear` alone. The
+    /// weight itself where the backend has no such form.
+    fn pack_for_few_rows(weight: &Self) -> Self {
+        weight.clone()
+    }
     /// RMSNorm over the last axis, computed in f32, returned in the input dtype.
     fn rms_norm(&self, weight: &Self, eps: f64) -> Self;
     /// What `rope_interleaved` reads for positions `0..positions` (e.g. cos/sin tables),

@@ -82,6 +82,43 @@ fn few_rows_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
     }
 }
 
+/// `x @ w.T` for a weight packed by [`cpu_gemv::packed`] (a bf16 CPU tensor
+/// `[out / PANEL, k, PANEL]`, made by `pack_for_few_rows`), or `None` for any other weight.
+fn packed_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
+    use super::cpu_gemv::packed::{self, PANEL};
+    use half::bf16;
+
+    let &[panels, k, panel] = w.size().as_slice() else {
+        return None;
+    };
+    if panel != PANEL as i64 {
+        return None;
+    }
+    assert!(
+        x.device() == Device::Cpu && x.kind() == Kind::BFloat16 && x.size().last() == Some(&k),
+        "a packed weight multiplies bf16 rows of {k} values on the CPU, not {:?} {:?} on {:?}",
+        x.kind(),
+        x.size(),
+        x.device()
+    );
+    let x = x.contiguous();
+    let (k, out) = (k as usize, (panels * panel) as usize);
+    let rows = x.numel() / k;
+    let mut y_shape = x.size();
+    *y_shape.last_mut()? = out as i64;
+    let y = tch::Tensor::empty(&y_shape, (Kind::BFloat16, Device::Cpu));
+    // SAFETY: all three are contiguous bf16 CPU tensors of these lengths, `y` is new and not
+    // shared, and `x` and `w` outlive the call.
+    unsafe {
+        let x = std::slice::from_raw_parts(x.data_ptr() as *const bf16, rows * k);
+        let w = std::slice::from_raw_parts(w.data_ptr() as *const bf16, out * k);
+        let y = std::slice::from_raw_parts_mut(y.data_ptr() as *mut bf16, rows * out);
+        let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
+        packed::linear(x, w, k, y, threads);
+    }
+    Some(y)
+}
+
 static LINEAR_MULTIPLY_ADDS: AtomicU64 = AtomicU64::new(0);
 
 /// Multiply-adds of every `linear` product so far, on any device: `bench` divides them by
@@ -414,9 +451,16 @@ impl Tensor for TchTensor {
     }
 
     fn linear(&self, weight: &Self) -> Self {
-        let out = weight.0.size().first().copied().unwrap_or(0);
+        let out = match weight.0.size().as_slice() {
+            // Packed: panels of outputs.
+            &[panels, _, panel] => panels * panel,
+            size => size.first().copied().unwrap_or(0),
+        };
         let multiply_adds = self.0.numel() as u64 * out.max(0) as u64;
         LINEAR_MULTIPLY_ADDS.fetch_add(multiply_adds, Ordering::Relaxed);
+        if let Some(y) = packed_linear(&self.0, &weight.0) {
+            return Self::wrap(y);
+        }
         if let Some(y) = few_rows_linear(&self.0, &weight.0) {
             return Self::wrap(y);
         }
@@ -426,6 +470,36 @@ impl Tensor for TchTensor {
             }
         }
         Self::wrap(self.0.linear::<tch::Tensor>(&weight.0, None))
+    }
+
+    /// On the CPU, a bf16 weight of whole panels is packed for [`cpu_gemv::packed`], which
+    /// runs such products at 1.6x the few-row kernel's rate (docs/performance.md); elsewhere,
+    /// or in f32, the weight as it is.
+    fn pack_for_few_rows(weight: &Self) -> Self {
+        use super::cpu_gemv::packed::{self, PANEL};
+        use half::bf16;
+
+        let w = &weight.0;
+        let &[out, k] = w.size().as_slice() else {
+            return weight.clone();
+        };
+        let packable = w.device() == Device::Cpu
+            && w.kind() == Kind::BFloat16
+            && out > 0
+            && (out as usize).is_multiple_of(PANEL);
+        if !packable {
+            return weight.clone();
+        }
+        let w = w.contiguous();
+        let (out, k) = (out as usize, k as usize);
+        // SAFETY: a contiguous bf16 CPU tensor of `out * k` values, alive for the call.
+        let values = unsafe { std::slice::from_raw_parts(w.data_ptr() as *const bf16, out * k) };
+        let panels = packed::pack(values, out, k);
+        // SAFETY: `panels` is `out * k` bf16 values; `from_data_size` copies them.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(panels.as_ptr().cast::<u8>(), panels.len() * 2) };
+        let shape = [(out / PANEL) as i64, k as i64, PANEL as i64];
+        Self::wrap(tch::Tensor::from_data_size(bytes, &shape, Kind::BFloat16))
     }
 
     fn rms_norm(&self, weight: &Self, eps: f64) -> Self {

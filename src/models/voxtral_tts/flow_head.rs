@@ -99,6 +99,9 @@ impl<T: Tensor> EulerBuffers<T> {
 
 impl<T: Tensor> FlowHead<T> {
     pub fn load(l: &Loader<T>, cfg: &Config) -> Result<Self, LoadError> {
+        // Its products take six rows per stream, seven times a frame: compute-bound on a CPU
+        // with a few streams, so its matrices are packed for that.
+        let l = &l.packing();
         let at = cfg.flow();
         let am = cfg.audio_model();
         let (dim, n_ac) = (at.dim, am.n_acoustic_codebook);

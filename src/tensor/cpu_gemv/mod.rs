@@ -14,6 +14,7 @@
 //! one variant, chosen once ([`Variant::active`]).
 
 mod openmp;
+pub mod packed;
 mod portable;
 #[cfg(target_arch = "x86_64")]
 mod x86;
