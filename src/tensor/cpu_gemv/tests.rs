@@ -19,7 +19,7 @@ impl Value for f32 {
 }
 
 /// Whether `variant` can run here; says so when it cannot.
-fn runs_here(variant: Variant, test: &str) -> bool {
+pub(super) fn runs_here(variant: Variant, test: &str) -> bool {
     let supported = variant.supported();
     if !supported {
         eprintln!(
