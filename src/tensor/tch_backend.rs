@@ -472,9 +472,9 @@ impl Tensor for TchTensor {
         Self::wrap(self.0.linear::<tch::Tensor>(&weight.0, None))
     }
 
-    /// On the CPU, a bf16 weight of whole panels is packed for [`cpu_gemv::packed`], which
-    /// runs such products at 1.6x the few-row kernel's rate (docs/performance.md); elsewhere,
-    /// or in f32, the weight as it is.
+    /// On the CPU, a bf16 weight of whole panels is packed for [`cpu_gemv::packed`], whose
+    /// products of a few dozen rows run nearer the FMA peak than the few-row kernel's
+    /// (docs/performance.md); elsewhere, or in f32, the weight as it is.
     fn pack_for_few_rows(weight: &Self) -> Self {
         use super::cpu_gemv::packed::{self, PANEL};
         use half::bf16;
