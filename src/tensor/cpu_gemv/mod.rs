@@ -372,12 +372,8 @@ extern "C" fn run_share<E: Element>(job: *mut c_void) {
     let omp = openmp::runtime().expect("called from an OpenMP parallel region");
     // SAFETY: `linear_with` passes a `Job<E>` that outlives the parallel region.
     let job = unsafe { &*(job as *const Job<E>) };
-    let (thread, threads) = omp.thread();
-    let per_thread = job.out.div_ceil(threads).div_ceil(ROW_BLOCK) * ROW_BLOCK;
-    let start = (thread * per_thread).min(job.out);
-    let end = (start + per_thread).min(job.out);
     // SAFETY: the ranges of different threads are disjoint and within `0..out`.
-    unsafe { (job.run)(job, start..end) };
+    unsafe { (job.run)(job, omp.share(job.out, ROW_BLOCK)) };
 }
 
 /// One product, shared by the threads that compute it.

@@ -4,6 +4,7 @@
 //! compete with OpenMP's threads, which spin for a while after each region.
 
 use libc::{c_int, c_uint, c_void};
+use std::ops::Range;
 use std::sync::OnceLock;
 
 pub type Body = extern "C" fn(*mut c_void);
@@ -33,6 +34,16 @@ impl Runtime {
         // SAFETY: both are plain queries with no preconditions.
         let (n, of) = unsafe { ((self.thread_num)(), (self.num_threads)()) };
         (n.max(0) as usize, of.max(1) as usize)
+    }
+
+    /// This thread's part of `0..len`, inside a parallel region: whole blocks of `block`, in
+    /// order of thread number, so every thread but the last gets full blocks. The parts of
+    /// the team's threads are disjoint and cover `0..len`.
+    pub fn share(&self, len: usize, block: usize) -> Range<usize> {
+        let (thread, threads) = self.thread();
+        let per_thread = len.div_ceil(threads).div_ceil(block) * block;
+        let start = (thread * per_thread).min(len);
+        start..(start + per_thread).min(len)
     }
 }
 

@@ -38,8 +38,28 @@ pub fn pack(w: &[bf16], out: usize, k: usize) -> Vec<bf16> {
 }
 
 /// `y[r][o] = sum_k x[r][k] * w[o][k]` for a weight from [`pack`]: `x` holds `rows * k` values,
-/// `y` `rows * out`; `threads` OpenMP threads share the panels.
+/// `y` `rows * out`; `threads` OpenMP threads share the panels. With the active variant.
 pub fn linear(x: &[bf16], packed: &[bf16], k: usize, y: &mut [bf16], threads: usize) {
+    linear_with(Variant::active(), x, packed, k, y, threads)
+}
+
+/// [`linear`] with a given variant (all give the same bits).
+///
+/// # Panics
+/// When the lengths disagree, or the CPU lacks the variant's instructions.
+pub fn linear_with(
+    variant: Variant,
+    x: &[bf16],
+    packed: &[bf16],
+    k: usize,
+    y: &mut [bf16],
+    threads: usize,
+) {
+    assert!(
+        variant.supported(),
+        "this CPU lacks {} for the {variant} kernel",
+        variant.needs()
+    );
     assert!(
         k > 0 && x.len().is_multiple_of(k) && packed.len().is_multiple_of(PANEL * k),
         "shapes disagree"
@@ -54,7 +74,7 @@ pub fn linear(x: &[bf16], packed: &[bf16], k: usize, y: &mut [bf16], threads: us
         rows,
         k,
         out,
-        variant: Variant::active(),
+        variant,
     };
     let parallel = threads > 1 && std::mem::size_of_val(packed) >= PARALLEL_MIN_BYTES;
     match openmp::runtime() {
@@ -95,12 +115,8 @@ extern "C" fn run_share(job: *mut c_void) {
     let omp = openmp::runtime().expect("called from an OpenMP parallel region");
     // SAFETY: `linear` passes a `Job` that outlives the parallel region.
     let job = unsafe { &*(job as *const Job) };
-    let (thread, threads) = omp.thread();
-    let panels = job.out / PANEL;
-    let per_thread = panels.div_ceil(threads);
-    let start = (thread * per_thread).min(panels);
     // SAFETY: the threads' ranges are disjoint and within the panels.
-    unsafe { job.run(start..(start + per_thread).min(panels)) };
+    unsafe { job.run(omp.share(job.out / PANEL, 1)) };
 }
 
 impl Job {
@@ -306,19 +322,8 @@ mod tests {
         for variant in Variant::ALL.into_iter().filter(runs_here) {
             for rows in (1..=13).chain([24]) {
                 let x = values(rows * k, rows as u64 + 2);
-                let inputs = transposed(&x, k);
                 let mut y = vec![bf16::ZERO; rows * out];
-                let job = Job {
-                    inputs: inputs.as_ptr(),
-                    packed: packed.as_ptr(),
-                    y: y.as_mut_ptr(),
-                    rows,
-                    k,
-                    out,
-                    variant,
-                };
-                // SAFETY: the lengths match the job's shape, and the variant is supported.
-                unsafe { job.run(0..out / PANEL) };
+                linear_with(variant, &x, &packed, k, &mut y, 1);
                 assert_eq!(y, reference(&x, &w, k), "{variant}, {rows} rows");
             }
         }
