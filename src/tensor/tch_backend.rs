@@ -58,21 +58,8 @@ fn few_rows_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
         if w_in != k || k == 0 || out == 0 || rows == 0 || rows > cpu_gemv::MAX_ROWS {
             return None;
         }
-        let x = x.contiguous();
-        let mut y_shape = shape;
-        *y_shape.last_mut()? = out;
-        let y = tch::Tensor::empty(&y_shape, (kind, Device::Cpu));
-        let (k, out) = (k as usize, out as usize);
-        // SAFETY: all three are contiguous CPU tensors of `E`'s kind and exactly these
-        // lengths, `y` is new and not shared, and `x` and `w` outlive the call.
-        unsafe {
-            let x = std::slice::from_raw_parts(x.data_ptr() as *const E, rows * k);
-            let w = std::slice::from_raw_parts(w.data_ptr() as *const E, out * k);
-            let y = std::slice::from_raw_parts_mut(y.data_ptr() as *mut E, rows * out);
-            let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
-            cpu_gemv::linear(x, w, k, y, threads);
-        }
-        Some(y)
+        // SAFETY: `w` is a contiguous CPU tensor of `E`'s kind with `out * k` values.
+        Some(unsafe { cpu_product(x, w, out as usize, kind, cpu_gemv::linear::<E>) })
     }
 
     match x.kind() {
@@ -86,7 +73,6 @@ fn few_rows_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
 /// `[out / PANEL, k, PANEL]`, made by `pack_for_few_rows`), or `None` for any other weight.
 fn packed_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
     use super::cpu_gemv::packed::{self, PANEL};
-    use half::bf16;
 
     let &[panels, k, panel] = w.size().as_slice() else {
         return None;
@@ -101,22 +87,39 @@ fn packed_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
         x.size(),
         x.device()
     );
+    let out = (panels * panel) as usize;
+    // SAFETY: `pack_for_few_rows` made `w` a contiguous bf16 CPU tensor of `out * k` values.
+    Some(unsafe { cpu_product(x, w, out, Kind::BFloat16, packed::linear) })
+}
+
+/// `kernel(x, w, k, y, threads)` on the values of CPU tensors: `x` `[.., k]` of `kind` (made
+/// contiguous here), the result `y` of `x`'s shape with `out` last, on libtorch's thread
+/// count.
+///
+/// # Safety
+/// `w` is a contiguous CPU tensor of `E`'s kind (`kind`) holding `out * k` values, and `x` is a
+/// CPU tensor of that kind.
+unsafe fn cpu_product<E: Copy>(
+    x: &tch::Tensor,
+    w: &tch::Tensor,
+    out: usize,
+    kind: Kind,
+    kernel: fn(&[E], &[E], usize, &mut [E], usize),
+) -> tch::Tensor {
     let x = x.contiguous();
-    let (k, out) = (k as usize, (panels * panel) as usize);
-    let rows = x.numel() / k;
-    let mut y_shape = x.size();
-    *y_shape.last_mut()? = out as i64;
-    let y = tch::Tensor::empty(&y_shape, (Kind::BFloat16, Device::Cpu));
-    // SAFETY: all three are contiguous bf16 CPU tensors of these lengths, `y` is new and not
+    let mut shape = x.size();
+    let k = shape.last().map_or(0, |&k| k as usize);
+    let rows = x.numel() / k.max(1);
+    *shape.last_mut().expect("at least one axis") = out as i64;
+    let y = tch::Tensor::empty(&shape, (kind, Device::Cpu));
+    // `x` and `y` are contiguous CPU tensors of exactly these lengths, `y` is new and not
     // shared, and `x` and `w` outlive the call.
-    unsafe {
-        let x = std::slice::from_raw_parts(x.data_ptr() as *const bf16, rows * k);
-        let w = std::slice::from_raw_parts(w.data_ptr() as *const bf16, out * k);
-        let y = std::slice::from_raw_parts_mut(y.data_ptr() as *mut bf16, rows * out);
-        let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
-        packed::linear(x, w, k, y, threads);
-    }
-    Some(y)
+    let x = std::slice::from_raw_parts(x.data_ptr() as *const E, rows * k);
+    let w = std::slice::from_raw_parts(w.data_ptr() as *const E, out * k);
+    let y_values = std::slice::from_raw_parts_mut(y.data_ptr() as *mut E, rows * out);
+    let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
+    kernel(x, w, k, y_values, threads);
+    y
 }
 
 static LINEAR_MULTIPLY_ADDS: AtomicU64 = AtomicU64::new(0);
