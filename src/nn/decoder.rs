@@ -429,6 +429,20 @@ mod tests {
         Checkpoint::open(&path).unwrap()
     }
 
+    /// `[1, tokens, dim]` f32 input, uniform in [-0.5, 0.5) from `seed`.
+    fn random_prompt(seed: u64, tokens: usize) -> TchTensor {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let values: Vec<f32> = (0..tokens * DIMS.dim)
+            .map(|_| rng.random::<f32>() - 0.5)
+            .collect();
+        TchTensor::from_f32(
+            &tch::Device::Cpu,
+            &values,
+            &[1, tokens, DIMS.dim],
+            DType::F32,
+        )
+    }
+
     fn close(a: &TchTensor, b: &TchTensor) {
         let (a, b) = (a.to_vec_f32(), b.to_vec_f32());
         assert_eq!(a.len(), b.len());
@@ -447,11 +461,7 @@ mod tests {
         let ckpt = checkpoint(dir.path(), "text.");
         let l = Loader::<TchTensor>::new(&ckpt, &tch::Device::Cpu, DType::F32);
         let decoder = Decoder::load(&l, "text.", &DIMS).unwrap();
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
-        let values: Vec<f32> = (0..11 * DIMS.dim)
-            .map(|_| rng.random::<f32>() - 0.5)
-            .collect();
-        let x = TchTensor::from_f32(&tch::Device::Cpu, &values, &[1, 11, DIMS.dim], DType::F32);
+        let x = random_prompt(1, 11);
         let prompt = x.narrow(1, 0, 10);
 
         let mut pool = decoder.new_pool(DType::F32, 2, 16);
@@ -490,11 +500,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ckpt = checkpoint(dir.path(), "");
         let l = Loader::<TchTensor>::new(&ckpt, &tch::Device::Cpu, DType::F32);
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
-        let values: Vec<f32> = (0..14 * DIMS.dim)
-            .map(|_| rng.random::<f32>() - 0.5)
-            .collect();
-        let x = TchTensor::from_f32(&tch::Device::Cpu, &values, &[1, 14, DIMS.dim], DType::F32);
+        let x = random_prompt(3, 14);
         for window in [None, Some(5)] {
             let plain = Decoder::load(&l, "", &DIMS).unwrap().with_window(window);
             assert_eq!(plain.prefill_bucket, None, "no padding on the CPU");
@@ -532,11 +538,7 @@ mod tests {
             Decoder::load(&l.fusing(false), "", &DIMS).unwrap(),
             Decoder::load(&l.fusing(true), "", &DIMS).unwrap(),
         );
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2);
-        let values: Vec<f32> = (0..7 * DIMS.dim)
-            .map(|_| rng.random::<f32>() - 0.5)
-            .collect();
-        let x = TchTensor::from_f32(&tch::Device::Cpu, &values, &[1, 7, DIMS.dim], DType::F32);
+        let x = random_prompt(2, 7);
         let run = |d: &Decoder<TchTensor>| {
             let mut pool = d.new_pool(DType::F32, 1, 8);
             let mut slot = pool.acquire().unwrap();
@@ -641,11 +643,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ckpt = checkpoint(dir.path(), "");
         let l = Loader::<TchTensor>::new(&ckpt, &tch::Device::Cpu, DType::F32);
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
-        let values: Vec<f32> = (0..12 * DIMS.dim)
-            .map(|_| rng.random::<f32>() - 0.5)
-            .collect();
-        let x = TchTensor::from_f32(&tch::Device::Cpu, &values, &[1, 12, DIMS.dim], DType::F32);
+        let x = random_prompt(5, 12);
         let windowed = Decoder::load(&l, "", &DIMS).unwrap().with_window(Some(5));
         let run = |d: &Decoder<TchTensor>, chunks: &[usize]| {
             let mut pool = d.new_pool(DType::F32, 1, 16);
