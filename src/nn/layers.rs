@@ -29,7 +29,8 @@ pub struct Loader<'a, T: Tensor> {
     prefix: String,
     /// Concatenate the weights of products that read the same input (q/k/v, gate/up) into
     /// one: on accelerators one product launches once instead of three times. Off on a CPU,
-    /// where each weight is read in place from the memory map.
+    /// where each weight is read in place from the memory map (packed weights are fused
+    /// anyway: `Stacked::load`).
     fuse: bool,
     /// Matrices (linear weights only) in the backend's form for products of a few rows made
     /// many times over (`Tensor::pack_for_few_rows`).
@@ -98,10 +99,9 @@ impl<'a, T: Tensor> Loader<'a, T> {
         let t = self
             .ckpt
             .load::<T>(self.device, &self.key(key), shape, self.dtype)?;
-        Ok(if self.pack && shape.len() == 2 {
-            T::pack_for_few_rows(&t)
-        } else {
-            t
+        Ok(match self.pack && shape.len() == 2 {
+            true => T::pack_for_few_rows(&t).unwrap_or(t),
+            false => t,
         })
     }
 
@@ -187,18 +187,37 @@ enum Stacked<T> {
 
 impl<T: Tensor> Stacked<T> {
     fn load(l: &Loader<T>, keys: &[String], shapes: &[[usize; 2]]) -> Result<Self, LoadError> {
+        let plain = Loader {
+            pack: false,
+            ..l.with_dtype(l.dtype)
+        };
         let parts = keys
             .iter()
             .zip(shapes)
-            .map(|(key, shape)| l.tensor(key, shape))
+            .map(|(key, shape)| plain.tensor(key, shape))
             .collect::<Result<Vec<T>, _>>()?;
-        if !l.fuse {
+        if !l.pack && !l.fuse {
             return Ok(Stacked::Apart(parts));
         }
-        Ok(Stacked::Fused {
-            weight: T::cat(&parts.iter().collect::<Vec<_>>(), 0),
-            rows: shapes.iter().map(|s| s[0]).collect(),
-        })
+        let rows = shapes.iter().map(|s| s[0]).collect();
+        let weight = T::cat(&parts.iter().collect::<Vec<_>>(), 0);
+        // A packed weight is a copy anyway: packed whole, its products take their input once.
+        if let Some(packed) = l.pack.then(|| T::pack_for_few_rows(&weight)).flatten() {
+            return Ok(Stacked::Fused {
+                weight: packed,
+                rows,
+            });
+        }
+        if l.fuse {
+            return Ok(Stacked::Fused { weight, rows });
+        }
+        Ok(Stacked::Apart(match l.pack {
+            true => parts
+                .into_iter()
+                .map(|p| T::pack_for_few_rows(&p).unwrap_or(p))
+                .collect(),
+            false => parts,
+        }))
     }
 
     /// `x @ w.T` for every weight, in order.
@@ -224,8 +243,7 @@ impl<T: Tensor> Stacked<T> {
         match self {
             Stacked::Apart(weights) => x.linear(&weights[i]),
             Stacked::Fused { weight, rows } => {
-                let start = rows[..i].iter().sum();
-                x.linear(&weight.narrow(0, start, rows[i]))
+                x.linear_rows(weight, rows[..i].iter().sum(), rows[i])
             }
         }
     }

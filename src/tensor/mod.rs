@@ -13,6 +13,19 @@ pub mod tch_backend;
 
 use std::cell::OnceCell;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static LINEAR_MULTIPLY_ADDS: AtomicU64 = AtomicU64::new(0);
+
+/// Multiply-adds of every `linear` product so far of the backends that count them (libtorch's,
+/// on any device): `bench` divides them by time to report arithmetic rates.
+pub fn linear_multiply_adds() -> u64 {
+    LINEAR_MULTIPLY_ADDS.load(Ordering::Relaxed)
+}
+
+fn count_multiply_adds(n: u64) {
+    LINEAR_MULTIPLY_ADDS.fetch_add(n, Ordering::Relaxed);
+}
 
 /// Element types the engine computes in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -160,11 +173,16 @@ pub trait Tensor: Clone + Sized + 'static {
 
     /// `x @ weight.T` for `weight` `[out, in]`, or as packed by `pack_for_few_rows`.
     fn linear(&self, weight: &Self) -> Self;
+    /// `x @ weight[start..start + len].T`: the products of some of a weight's outputs, for a
+    /// weight as `linear` takes it (packed or not).
+    fn linear_rows(&self, weight: &Self, start: usize, len: usize) -> Self {
+        self.linear(&weight.narrow(0, start, len))
+    }
     /// `weight` `[out, in]` in the form `linear` multiplies fastest when only a few rows come
-    /// at a time, many times over (the flow head's), for a weight used by `linear` alone. The
-    /// weight itself where the backend has no such form.
-    fn pack_for_few_rows(weight: &Self) -> Self {
-        weight.clone()
+    /// at a time, many times over (the flow head's), for a weight used by `linear` and
+    /// `linear_rows` alone; `None` where the backend has no such form for it.
+    fn pack_for_few_rows(_weight: &Self) -> Option<Self> {
+        None
     }
     /// RMSNorm over the last axis, computed in f32, returned in the input dtype.
     fn rms_norm(&self, weight: &Self, eps: f64) -> Self;

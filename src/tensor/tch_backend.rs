@@ -2,7 +2,6 @@
 //! NCL around each convolution here, inside the backend.
 
 use super::{pool_attention_by_row, ConvKind, DType, PadMode, PoolRows, RawTensor, Tensor};
-use std::sync::atomic::{AtomicU64, Ordering};
 use tch::{Device, Kind};
 
 /// A libtorch tensor; cloning is a shallow (shared-storage) clone.
@@ -120,14 +119,6 @@ unsafe fn cpu_product<E: Copy>(
     let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
     kernel(x, w, k, y_values, threads);
     y
-}
-
-static LINEAR_MULTIPLY_ADDS: AtomicU64 = AtomicU64::new(0);
-
-/// Multiply-adds of every `linear` product so far, on any device: `bench` divides them by
-/// time to report arithmetic rates.
-pub fn linear_multiply_adds() -> u64 {
-    LINEAR_MULTIPLY_ADDS.load(Ordering::Relaxed)
 }
 
 /// Weight values widened to f32 at a time by [`widened_linear`] (4 MiB of f32).
@@ -460,7 +451,7 @@ impl Tensor for TchTensor {
             size => size.first().copied().unwrap_or(0),
         };
         let multiply_adds = self.0.numel() as u64 * out.max(0) as u64;
-        LINEAR_MULTIPLY_ADDS.fetch_add(multiply_adds, Ordering::Relaxed);
+        super::count_multiply_adds(multiply_adds);
         if let Some(y) = packed_linear(&self.0, &weight.0) {
             return Self::wrap(y);
         }
@@ -475,23 +466,39 @@ impl Tensor for TchTensor {
         Self::wrap(self.0.linear::<tch::Tensor>(&weight.0, None))
     }
 
+    fn linear_rows(&self, weight: &Self, start: usize, len: usize) -> Self {
+        use super::cpu_gemv::packed::PANEL;
+        if weight.0.dim() != 3 {
+            return self.linear(&weight.narrow(0, start, len));
+        }
+        // Packed: whole panels are a packed weight of their own; otherwise all outputs, cut.
+        if start.is_multiple_of(PANEL) && len.is_multiple_of(PANEL) {
+            let panels = weight
+                .0
+                .narrow(0, (start / PANEL) as i64, (len / PANEL) as i64);
+            return self.linear(&Self::wrap(panels));
+        }
+        let y = self.linear(weight);
+        y.narrow(y.shape().len() - 1, start, len)
+    }
+
     /// On the CPU, a bf16 weight of whole panels is packed for [`cpu_gemv::packed`], whose
     /// products of a few dozen rows run nearer the FMA peak than the few-row kernel's
-    /// (docs/performance.md); elsewhere, or in f32, the weight as it is.
-    fn pack_for_few_rows(weight: &Self) -> Self {
+    /// (docs/performance.md); elsewhere, or in f32, nothing.
+    fn pack_for_few_rows(weight: &Self) -> Option<Self> {
         use super::cpu_gemv::packed::{self, PANEL};
         use half::bf16;
 
         let w = &weight.0;
         let &[out, k] = w.size().as_slice() else {
-            return weight.clone();
+            return None;
         };
         let packable = w.device() == Device::Cpu
             && w.kind() == Kind::BFloat16
             && out > 0
             && (out as usize).is_multiple_of(PANEL);
         if !packable {
-            return weight.clone();
+            return None;
         }
         let w = w.contiguous();
         let (out, k) = (out as usize, k as usize);
@@ -502,7 +509,11 @@ impl Tensor for TchTensor {
         let bytes =
             unsafe { std::slice::from_raw_parts(panels.as_ptr().cast::<u8>(), panels.len() * 2) };
         let shape = [(out / PANEL) as i64, k as i64, PANEL as i64];
-        Self::wrap(tch::Tensor::from_data_size(bytes, &shape, Kind::BFloat16))
+        Some(Self::wrap(tch::Tensor::from_data_size(
+            bytes,
+            &shape,
+            Kind::BFloat16,
+        )))
     }
 
     fn rms_norm(&self, weight: &Self, eps: f64) -> Self {
@@ -778,6 +789,33 @@ mod tests {
         let worst = (err - (want.abs() / 128.0 + 1e-3)).max().double_value(&[]);
         assert!(worst <= 0.0, "{worst} beyond a bf16 rounding step");
         assert!(widened_linear(&x.to_kind(Kind::Float), &w).is_none());
+    }
+
+    /// A packed weight's outputs `start..start + len`, as a fused weight's parts are taken:
+    /// whole panels alone, or a cut of every output; both as the whole product has them, and
+    /// near the plain f32 product of those rows.
+    #[test]
+    fn linear_rows_of_a_packed_weight_are_those_of_the_whole_product() {
+        let _guard = tch::no_grad_guard();
+        let w = tch::Tensor::randn([160, 64], (Kind::Float, Device::Cpu)).to_kind(Kind::BFloat16);
+        let x = tch::Tensor::randn([2, 3, 64], (Kind::Float, Device::Cpu)).to_kind(Kind::BFloat16);
+        let (w, x) = (TchTensor(w), TchTensor(x));
+        let packed = TchTensor::pack_for_few_rows(&w).expect("bf16 whole panels pack");
+        let whole = x.linear(&packed);
+        for (start, len) in [(0, 160), (32, 64), (128, 32), (40, 50), (0, 8)] {
+            let got = x.linear_rows(&packed, start, len);
+            assert!(got.0.equal(&whole.narrow(2, start, len).0), "{start}+{len}");
+            let plain = x.0.to_kind(Kind::Float).linear::<tch::Tensor>(
+                &w.0.narrow(0, start as i64, len as i64).to_kind(Kind::Float),
+                None,
+            );
+            let err = (got.0.to_kind(Kind::Float) - &plain)
+                .abs()
+                .max()
+                .double_value(&[]);
+            let scale = plain.abs().max().double_value(&[]);
+            assert!(err <= scale / 64.0, "{start}+{len}: {err} off");
+        }
     }
 
     #[test]
