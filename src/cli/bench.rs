@@ -8,7 +8,8 @@ use crate::models::voxtral_tts::params::Config;
 use crate::models::voxtral_tts::{Generation, Noise, StageTimes, SynthesisRequest, Voxtral};
 use crate::models::{detect_family, Family};
 use crate::tensor::cpu_gemv::{peak_f32_flops, Variant};
-use crate::tensor::tch_backend::{linear_multiply_adds, TchTensor};
+use crate::tensor::linear_multiply_adds;
+use crate::tensor::tch_backend::TchTensor;
 use crate::tensor::{DType, Tensor};
 use crate::testmodel::{cached_test_model, Preset};
 use anyhow::{Context, Result};
@@ -319,6 +320,11 @@ fn batch_steps<T: Tensor>(
             times.backbone - warm.backbone,
             times.flow_head - warm.flow_head,
         );
+        let flow_head_rate = arithmetic_rate(
+            times.flow_head_multiply_adds - warm.flow_head_multiply_adds,
+            flow_head,
+            peak,
+        );
         let per_step = |d: Duration| ms(d) / steps as f64;
         let fps = frames as f64 / generated.as_secs_f64();
         let ratio = fps / *one_stream.get_or_insert(fps);
@@ -329,6 +335,11 @@ fn batch_steps<T: Tensor>(
             per_step(flow_head),
             args.batch[0],
         );
+        if !flow_head_rate.is_empty() {
+            // The flow head's rows grow with the batch: the part that batching makes
+            // compute-bound, measured over its whole time (norms and attention included).
+            println!("  flow head alone{flow_head_rate}");
+        }
         println!(
             "  codec per step, each stream decoded once: {:.1} ms one stream at a time, {:.1} ms all in one pass (max |diff| {codec_diff:.1e})",
             per_step(codec_one_by_one),

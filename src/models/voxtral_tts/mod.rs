@@ -80,6 +80,9 @@ pub struct StageTimes {
     pub backbone: Duration,
     pub flow_head: Duration,
     pub codec: Duration,
+    /// Multiply-adds of the flow head's products, where the backend counts them
+    /// (`tensor::linear_multiply_adds`): the whole batch's, as `flow_head` is the whole step's.
+    pub flow_head_multiply_adds: u64,
 }
 
 pub struct Voxtral<T: Tensor> {
@@ -614,10 +617,13 @@ impl<T: Tensor> Generation<'_, T> {
             .map(|g| g.hidden.as_ref().expect("prefilled"))
             .collect();
         let hidden = T::cat(&hidden, 0);
+        let counted = crate::tensor::linear_multiply_adds();
         let frames = m.flow.sample(&hidden, &noise);
         let elapsed = started.elapsed();
+        let multiply_adds = crate::tensor::linear_multiply_adds() - counted;
         for (g, frame) in active.iter_mut().zip(frames) {
             g.times.flow_head += elapsed;
+            g.times.flow_head_multiply_adds += multiply_adds;
             g.accept(frame);
         }
     }
