@@ -2,7 +2,7 @@
 
 use super::checkpoint::Checkpoint;
 use super::LoadError;
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{DType, Products, Tensor};
 
 /// Sinusoidal embedding of a scalar `t` (Voxtral TTS's flow-matching time, Voxtral Realtime's
 /// transcription delay): `[cos(t·f₀), …, cos(t·f_{d/2−1}), sin(t·f₀), …]` with
@@ -33,8 +33,8 @@ pub struct Loader<'a, T: Tensor> {
     /// anyway: `Stacked::load`).
     fuse: bool,
     /// Matrices (linear weights only) in the backend's form for products of a few rows made
-    /// many times over (`Tensor::pack_for_few_rows`).
-    pack: bool,
+    /// many times over (`Tensor::pack_for_few_rows`), taking these products.
+    pack: Option<Products>,
 }
 
 impl<'a, T: Tensor> Loader<'a, T> {
@@ -45,15 +45,15 @@ impl<'a, T: Tensor> Loader<'a, T> {
             dtype,
             prefix: String::new(),
             fuse: !T::is_cpu(device),
-            pack: false,
+            pack: None,
         }
     }
 
-    /// The same loader, its matrices packed for products of a few rows (`Loader::pack`): for
-    /// a part whose every matrix is a linear weight.
-    pub fn packing(&self) -> Self {
+    /// The same loader, its matrices packed for products of a few rows (`Loader::pack`) that
+    /// take `products`: for a part whose every matrix is a linear weight.
+    pub fn packing(&self, products: Products) -> Self {
         Loader {
-            pack: true,
+            pack: Some(products),
             ..self.with_dtype(self.dtype)
         }
     }
@@ -99,9 +99,9 @@ impl<'a, T: Tensor> Loader<'a, T> {
         let t = self
             .ckpt
             .load::<T>(self.device, &self.key(key), shape, self.dtype)?;
-        Ok(match self.pack && shape.len() == 2 {
-            true => T::pack_for_few_rows(&t).unwrap_or(t),
-            false => t,
+        Ok(match self.pack.filter(|_| shape.len() == 2) {
+            Some(products) => T::pack_for_few_rows(&[&t], products).unwrap_or(t),
+            None => t,
         })
     }
 
@@ -188,7 +188,7 @@ enum Stacked<T> {
 impl<T: Tensor> Stacked<T> {
     fn load(l: &Loader<T>, keys: &[String], shapes: &[[usize; 2]]) -> Result<Self, LoadError> {
         let plain = Loader {
-            pack: false,
+            pack: None,
             ..l.with_dtype(l.dtype)
         };
         let parts = keys
@@ -196,27 +196,22 @@ impl<T: Tensor> Stacked<T> {
             .zip(shapes)
             .map(|(key, shape)| plain.tensor(key, shape))
             .collect::<Result<Vec<T>, _>>()?;
-        if !l.pack && !l.fuse {
-            return Ok(Stacked::Apart(parts));
-        }
         let rows = shapes.iter().map(|s| s[0]).collect();
-        let weight = T::cat(&parts.iter().collect::<Vec<_>>(), 0);
+        let all: Vec<&T> = parts.iter().collect();
         // A packed weight is a copy anyway: packed whole, its products take their input once.
-        if let Some(packed) = l.pack.then(|| T::pack_for_few_rows(&weight)).flatten() {
-            return Ok(Stacked::Fused {
-                weight: packed,
-                rows,
-            });
+        if let Some(weight) = l.pack.and_then(|p| T::pack_for_few_rows(&all, p)) {
+            return Ok(Stacked::Fused { weight, rows });
         }
         if l.fuse {
+            let weight = T::cat(&all, 0);
             return Ok(Stacked::Fused { weight, rows });
         }
         Ok(Stacked::Apart(match l.pack {
-            true => parts
-                .into_iter()
-                .map(|p| T::pack_for_few_rows(&p).unwrap_or(p))
+            Some(products) => parts
+                .iter()
+                .map(|p| T::pack_for_few_rows(&[p], products).unwrap_or_else(|| p.clone()))
                 .collect(),
-            false => parts,
+            None => parts,
         }))
     }
 

@@ -15,6 +15,15 @@ use std::cell::OnceCell;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The products a packed weight takes (`Tensor::pack_for_few_rows`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Products {
+    /// A few rows at a time, many times over: the flow head's.
+    FewRows,
+    /// Those, and many rows at once too: a backbone's steps and its prompt.
+    AlsoManyRows,
+}
+
 static LINEAR_MULTIPLY_ADDS: AtomicU64 = AtomicU64::new(0);
 
 /// Multiply-adds of every `linear` product so far of the backends that count them (libtorch's,
@@ -178,10 +187,12 @@ pub trait Tensor: Clone + Sized + 'static {
     fn linear_rows(&self, weight: &Self, start: usize, len: usize) -> Self {
         self.linear(&weight.narrow(0, start, len))
     }
-    /// `weight` `[out, in]` in the form `linear` multiplies fastest when only a few rows come
-    /// at a time, many times over (the flow head's), for a weight used by `linear` and
-    /// `linear_rows` alone; `None` where the backend has no such form for it.
-    fn pack_for_few_rows(_weight: &Self) -> Option<Self> {
+    /// The weight `[out, in]` made of `parts` (their rows one after another: one part, or a
+    /// fused weight's) in the form `linear` multiplies fastest when only a few rows come at a
+    /// time, many times over (a decode step's), for a weight used by `linear` and
+    /// `linear_rows` alone; `None` where the backend has no such form for it, or where, for
+    /// [`Products::AlsoManyRows`], its products of many rows would be slower packed.
+    fn pack_for_few_rows(_parts: &[&Self], _products: Products) -> Option<Self> {
         None
     }
     /// RMSNorm over the last axis, computed in f32, returned in the input dtype.

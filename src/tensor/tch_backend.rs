@@ -1,7 +1,9 @@
 //! libtorch backend (`tch`). Conv layouts are PyTorch's own, so NLC sequences are transposed to
 //! NCL around each convolution here, inside the backend.
 
-use super::{pool_attention_by_row, ConvKind, DType, PadMode, PoolRows, RawTensor, Tensor};
+use super::{
+    pool_attention_by_row, ConvKind, DType, PadMode, PoolRows, Products, RawTensor, Tensor,
+};
 use tch::{Device, Kind};
 
 /// A libtorch tensor; cloning is a shallow (shared-storage) clone.
@@ -485,35 +487,47 @@ impl Tensor for TchTensor {
     /// On the CPU, a bf16 weight of whole panels is packed for [`cpu_gemv::packed`], whose
     /// products of a few dozen rows run nearer the FMA peak than the few-row kernel's
     /// (docs/performance.md); elsewhere, or in f32, nothing.
-    fn pack_for_few_rows(weight: &Self) -> Option<Self> {
+    fn pack_for_few_rows(parts: &[&Self], products: Products) -> Option<Self> {
         use super::cpu_gemv::packed::{self, PANEL};
         use half::bf16;
 
-        let w = &weight.0;
-        let &[out, k] = w.size().as_slice() else {
-            return None;
-        };
-        let packable = w.device() == Device::Cpu
-            && w.kind() == Kind::BFloat16
-            && out > 0
-            && (out as usize).is_multiple_of(PANEL);
-        if !packable {
+        // With AVX512-BF16 libtorch's bf16 GEMM of a prompt outruns the packed kernel (AMX);
+        // elsewhere bf16 GEMMs are widened, and the packed kernel outruns those too.
+        if products == Products::AlsoManyRows && !widens_bf16_gemm() {
             return None;
         }
-        let w = w.contiguous();
-        let (out, k) = (out as usize, k as usize);
-        // SAFETY: a contiguous bf16 CPU tensor of `out * k` values, alive for the call.
-        let values = unsafe { std::slice::from_raw_parts(w.data_ptr() as *const bf16, out * k) };
-        let panels = packed::pack(values, out, k);
-        // SAFETY: `panels` is `out * k` bf16 values; `from_data_size` copies them.
-        let bytes =
-            unsafe { std::slice::from_raw_parts(panels.as_ptr().cast::<u8>(), panels.len() * 2) };
+        let k = parts.first()?.0.size().get(1).copied()?;
+        let packable = |w: &tch::Tensor| match w.size().as_slice() {
+            &[out, cols] => {
+                w.device() == Device::Cpu
+                    && w.kind() == Kind::BFloat16
+                    && cols == k
+                    && out > 0
+                    && (out as usize).is_multiple_of(PANEL)
+            }
+            _ => false,
+        };
+        if !parts.iter().all(|p| packable(&p.0)) {
+            return None;
+        }
+        let k = k as usize;
+        let out: usize = parts.iter().map(|p| p.0.size()[0] as usize).sum();
         let shape = [(out / PANEL) as i64, k as i64, PANEL as i64];
-        Some(Self::wrap(tch::Tensor::from_data_size(
-            bytes,
-            &shape,
-            Kind::BFloat16,
-        )))
+        let panels = tch::Tensor::empty(shape, (Kind::BFloat16, Device::Cpu));
+        // SAFETY: a new contiguous bf16 CPU tensor of `out * k` values, written only here.
+        let mut into =
+            unsafe { std::slice::from_raw_parts_mut(panels.data_ptr() as *mut bf16, out * k) };
+        for part in parts {
+            let w = part.0.contiguous();
+            let rows = w.size()[0] as usize;
+            // SAFETY: a contiguous bf16 CPU tensor of `rows * k` values, alive for the call.
+            let values =
+                unsafe { std::slice::from_raw_parts(w.data_ptr() as *const bf16, rows * k) };
+            let (this, rest) = into.split_at_mut(rows * k);
+            packed::pack_into(values, rows, k, this);
+            into = rest;
+        }
+        Some(Self::wrap(panels))
     }
 
     fn rms_norm(&self, weight: &Self, eps: f64) -> Self {
@@ -800,8 +814,14 @@ mod tests {
         let w = tch::Tensor::randn([160, 64], (Kind::Float, Device::Cpu)).to_kind(Kind::BFloat16);
         let x = tch::Tensor::randn([2, 3, 64], (Kind::Float, Device::Cpu)).to_kind(Kind::BFloat16);
         let (w, x) = (TchTensor(w), TchTensor(x));
-        let packed = TchTensor::pack_for_few_rows(&w).expect("bf16 whole panels pack");
+        let packed =
+            TchTensor::pack_for_few_rows(&[&w], Products::FewRows).expect("bf16 whole panels pack");
         let whole = x.linear(&packed);
+        // Packed from parts, as a fused weight is: the same panels.
+        let parts = [w.narrow(0, 0, 96), w.narrow(0, 96, 64)];
+        let from_parts = TchTensor::pack_for_few_rows(&[&parts[0], &parts[1]], Products::FewRows)
+            .expect("parts of whole panels pack");
+        assert!(from_parts.0.equal(&packed.0));
         for (start, len) in [(0, 160), (32, 64), (128, 32), (40, 50), (0, 8)] {
             let got = x.linear_rows(&packed, start, len);
             assert!(got.0.equal(&whole.narrow(2, start, len).0), "{start}+{len}");

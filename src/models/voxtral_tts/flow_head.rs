@@ -5,7 +5,7 @@
 use super::params::{Config, END_AUDIO_CODE, NUM_AUDIO_SPECIAL_CODES};
 use crate::nn::layers::{time_embedding, AttentionProj, FeedForward, Loader, RmsNorm};
 use crate::nn::LoadError;
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{DType, Products, Tensor};
 use std::cell::RefCell;
 
 /// Classifier-free guidance weight of the conditional velocity.
@@ -101,7 +101,7 @@ impl<T: Tensor> FlowHead<T> {
     pub fn load(l: &Loader<T>, cfg: &Config) -> Result<Self, LoadError> {
         // Its products take six rows per stream, seven times a frame: compute-bound on a CPU
         // with a few streams, so its matrices are packed for that.
-        let l = &l.packing();
+        let l = &l.packing(Products::FewRows);
         let at = cfg.flow();
         let am = cfg.audio_model();
         let (dim, n_ac) = (at.dim, am.n_acoustic_codebook);

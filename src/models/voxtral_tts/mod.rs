@@ -20,7 +20,7 @@ use crate::nn::decoder::{Decoder, DecoderDims};
 use crate::nn::kv_pool::{KvPool, KvSlot};
 use crate::nn::layers::Loader;
 pub use crate::nn::LoadError;
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{DType, Products, Tensor};
 use crate::tokenizers::tekken::Tekken;
 use codec::{Codec, CodecError};
 use flow_head::FlowHead;
@@ -173,7 +173,9 @@ impl<T: Tensor> Voxtral<T> {
             max_positions: positions,
             ..config.decoder_dims()
         };
-        let backbone = Decoder::load(&l, "", &dims)?;
+        // Its steps multiply a row per stream: packed, on CPUs where that costs its prompts
+        // nothing, they run faster from one stream on (docs/performance.md).
+        let backbone = Decoder::load(&l.packing(Products::AlsoManyRows), "", &dims)?;
         let kv = backbone.new_pool(dtype, slots, positions);
         let flow = FlowHead::load(&l, &config)?;
         // The codec's weights are small, and bf16 convolutions have no fast path on most CPUs

@@ -20,21 +20,47 @@ pub const PANEL: usize = 32;
 /// low half and output `16 + i` in its high half. A bf16 is the top half of an f32, so a shift
 /// and a mask widen a line to the two vectors of 16 outputs.
 pub fn pack(w: &[bf16], out: usize, k: usize) -> Vec<bf16> {
+    let mut packed = vec![bf16::ZERO; out * k];
+    pack_into(w, out, k, &mut packed);
+    packed
+}
+
+/// [`pack`] into `packed` (`out * k` values), the panels shared by the CPU's threads: a whole
+/// backbone is gigabytes.
+pub fn pack_into(w: &[bf16], out: usize, k: usize, packed: &mut [bf16]) {
     assert!(
-        out.is_multiple_of(PANEL) && w.len() == out * k,
+        out.is_multiple_of(PANEL) && w.len() == out * k && packed.len() == out * k,
         "packing needs [out, k], out a multiple of {PANEL}"
     );
-    let mut packed = vec![bf16::ZERO; out * k];
-    for (panel, lines) in packed.chunks_exact_mut(PANEL * k).enumerate() {
-        for (kk, line) in lines.chunks_exact_mut(PANEL).enumerate() {
-            for i in 0..PANEL / 2 {
-                let o = panel * PANEL + i;
-                line[2 * i] = w[o * k + kk];
-                line[2 * i + 1] = w[(o + PANEL / 2) * k + kk];
-            }
+    if k == 0 {
+        return;
+    }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let panels_per_thread = (out / PANEL).div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let parts = packed.chunks_mut(panels_per_thread * PANEL * k);
+        for (part, chunk) in parts.enumerate() {
+            scope.spawn(move || {
+                let first = part * panels_per_thread;
+                for (p, lines) in chunk.chunks_exact_mut(PANEL * k).enumerate() {
+                    let rows = &w[(first + p) * PANEL * k..][..PANEL * k];
+                    pack_panel(rows, k, lines);
+                }
+            });
+        }
+    });
+}
+
+/// One panel: `rows` holds its 32 outputs' weights `[32, k]`.
+fn pack_panel(rows: &[bf16], k: usize, lines: &mut [bf16]) {
+    let (low, high) = rows.split_at(PANEL / 2 * k);
+    for i in 0..PANEL / 2 {
+        let (low, high) = (&low[i * k..][..k], &high[i * k..][..k]);
+        for ((line, &a), &b) in lines.chunks_exact_mut(PANEL).zip(low).zip(high) {
+            line[2 * i] = a;
+            line[2 * i + 1] = b;
         }
     }
-    packed
 }
 
 /// `y[r][o] = sum_k x[r][k] * w[o][k]` for a weight from [`pack`]: `x` holds `rows * k` values,
