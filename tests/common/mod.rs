@@ -51,8 +51,10 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
+        // The server's settings come from `env` alone; the CPU kernel variant is the machine's
+        // (as the test processes run it), so the server and the tests' other processes agree.
         for (key, _) in std::env::vars() {
-            if key.starts_with("VOXTRAL_") {
+            if key.starts_with("VOXTRAL_") && key != "VOXTRAL_CPU_KERNEL" {
                 cmd.env_remove(key);
             }
         }
