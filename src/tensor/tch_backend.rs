@@ -70,17 +70,22 @@ fn few_rows_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
     }
 }
 
-/// `x @ w.T` for a weight packed by [`cpu_gemv::packed`] (a bf16 CPU tensor
+/// The outputs of a weight packed by [`cpu_gemv::packed`] (a bf16 CPU tensor
 /// `[out / PANEL, k, PANEL]`, made by `pack_for_few_rows`), or `None` for any other weight.
-fn packed_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
-    use super::cpu_gemv::packed::{self, PANEL};
-
-    let &[panels, k, panel] = w.size().as_slice() else {
-        return None;
-    };
-    if panel != PANEL as i64 {
-        return None;
+fn packed_outputs(w: &tch::Tensor) -> Option<i64> {
+    use super::cpu_gemv::packed::PANEL;
+    match w.size().as_slice() {
+        &[panels, _, panel] if panel == PANEL as i64 => Some(panels * panel),
+        _ => None,
     }
+}
+
+/// `x @ w.T` for a weight packed by [`cpu_gemv::packed`], or `None` for any other weight.
+fn packed_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
+    use super::cpu_gemv::packed;
+
+    let out = packed_outputs(w)? as usize;
+    let k = w.size()[1];
     assert!(
         x.device() == Device::Cpu && x.kind() == Kind::BFloat16 && x.size().last() == Some(&k),
         "a packed weight multiplies bf16 rows of {k} values on the CPU, not {:?} {:?} on {:?}",
@@ -88,7 +93,6 @@ fn packed_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
         x.size(),
         x.device()
     );
-    let out = (panels * panel) as usize;
     // SAFETY: `pack_for_few_rows` made `w` a contiguous bf16 CPU tensor of `out * k` values.
     Some(unsafe { cpu_product(x, w, out, Kind::BFloat16, packed::linear) })
 }
@@ -447,11 +451,9 @@ impl Tensor for TchTensor {
     }
 
     fn linear(&self, weight: &Self) -> Self {
-        let out = match weight.0.size().as_slice() {
-            // Packed: panels of outputs.
-            &[panels, _, panel] => panels * panel,
-            size => size.first().copied().unwrap_or(0),
-        };
+        let out = packed_outputs(&weight.0)
+            .or_else(|| weight.0.size().first().copied())
+            .unwrap_or(0);
         let multiply_adds = self.0.numel() as u64 * out.max(0) as u64;
         super::count_multiply_adds(multiply_adds);
         if let Some(y) = packed_linear(&self.0, &weight.0) {
@@ -470,7 +472,7 @@ impl Tensor for TchTensor {
 
     fn linear_rows(&self, weight: &Self, start: usize, len: usize) -> Self {
         use super::cpu_gemv::packed::PANEL;
-        if weight.0.dim() != 3 {
+        if packed_outputs(&weight.0).is_none() {
             return self.linear(&weight.narrow(0, start, len));
         }
         // Packed: whole panels are a packed weight of their own; otherwise all outputs, cut.

@@ -104,6 +104,15 @@ impl Variant {
         }
     }
 
+    /// Panics, naming what is missing, when the CPU lacks the variant's instructions.
+    pub fn assert_supported(self) {
+        assert!(
+            self.supported(),
+            "this CPU lacks {} for the {self} kernel",
+            self.needs()
+        );
+    }
+
     /// The fastest variant this CPU supports.
     pub fn best() -> Variant {
         *Variant::ALL
@@ -319,11 +328,7 @@ pub fn linear_with<E: Element>(
     y: &mut [E],
     threads: usize,
 ) {
-    assert!(
-        variant.supported(),
-        "this CPU lacks {} for the {variant} kernel",
-        variant.needs()
-    );
+    variant.assert_supported();
     assert!(
         k > 0 && x.len().is_multiple_of(k) && w.len().is_multiple_of(k),
         "shapes disagree"
@@ -499,7 +504,7 @@ pub fn peak_f32_flops(variant: Variant, threads: usize) -> Option<f64> {
             Variant::Avx2Fma => (8, x86::fma_loop_256),
             Variant::Avx512F | Variant::Avx512Bf16 => (16, x86::fma_loop_512),
         };
-        assert!(variant.supported(), "this CPU lacks {}", variant.needs());
+        variant.assert_supported();
         let iterations = 20_000_000;
         let best = (0..3)
             .map(|_| {

@@ -81,11 +81,7 @@ pub fn linear_with(
     y: &mut [bf16],
     threads: usize,
 ) {
-    assert!(
-        variant.supported(),
-        "this CPU lacks {} for the {variant} kernel",
-        variant.needs()
-    );
+    variant.assert_supported();
     assert!(
         k > 0 && x.len().is_multiple_of(k) && packed.len().is_multiple_of(PANEL * k),
         "shapes disagree"
