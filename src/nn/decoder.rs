@@ -549,6 +549,49 @@ mod tests {
         close(&run(&apart), &run(&fused));
     }
 
+    /// Projections joined in one tensor then split (the flow head's first layer), and the
+    /// keys and values from one product (its last layer), equal each weight's own product,
+    /// with the weights apart and fused.
+    #[test]
+    fn joined_and_partial_projections_equal_each_product() {
+        let _guard = tch::no_grad_guard();
+        let dir = tempfile::tempdir().unwrap();
+        let ckpt = checkpoint(dir.path(), "");
+        let l = Loader::<TchTensor>::new(&ckpt, &tch::Device::Cpu, DType::F32);
+        let d = DIMS;
+        let x = random_prompt(4, 5);
+        for fuse in [false, true] {
+            let a = AttentionProj::load(
+                &l.fusing(fuse),
+                "layers.0.attention",
+                d.dim,
+                d.n_heads,
+                d.n_kv_heads,
+                d.head_dim,
+            )
+            .unwrap();
+            let joined = a.qkv_joined(&x);
+            let width = (d.n_heads + 2 * d.n_kv_heads) * d.head_dim;
+            assert_eq!(joined.shape(), [1, 5, width]);
+            let (q, k, v) = a.split_qkv(&joined);
+            let (only_k, only_v) = a.kv(&x);
+            let weight = |w: &str| {
+                let key = format!("layers.0.attention.{w}.weight");
+                l.tensor(&key, &l.shape(&key).unwrap()).unwrap()
+            };
+            for (got, w) in [
+                (&q, "wq"),
+                (&k, "wk"),
+                (&v, "wv"),
+                (&only_k, "wk"),
+                (&only_v, "wv"),
+            ] {
+                close(got, &x.linear(&weight(w)));
+            }
+            close(&a.q(&x), &q);
+        }
+    }
+
     /// Prompts of different lengths prefilled into slots, then decoded: every row of a
     /// batched step has the bits it has when its sequence steps alone, in f32 and bf16, and
     /// a slot given back and taken again starts clean.

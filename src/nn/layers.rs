@@ -3,6 +3,7 @@
 use super::checkpoint::Checkpoint;
 use super::LoadError;
 use crate::tensor::{DType, Products, Tensor};
+use std::ops::Range;
 
 /// Sinusoidal embedding of a scalar `t` (Voxtral TTS's flow-matching time, Voxtral Realtime's
 /// transcription delay): `[cos(t·f₀), …, cos(t·f_{d/2−1}), sin(t·f₀), …]` with
@@ -180,9 +181,15 @@ impl<T: Tensor> Linear<T> {
 
 /// Weights of products that read the same input: apart, or concatenated (rows of the first,
 /// then of the next...) so that one product computes them all (see `Loader::fuse`).
-enum Stacked<T> {
+struct Stacked<T> {
+    weights: Weights<T>,
+    /// Each weight's output rows (a packed weight's shape does not say).
+    rows: Vec<usize>,
+}
+
+enum Weights<T> {
     Apart(Vec<T>),
-    Fused { weight: T, rows: Vec<usize> },
+    Fused(T),
 }
 
 impl<T: Tensor> Stacked<T> {
@@ -199,49 +206,80 @@ impl<T: Tensor> Stacked<T> {
         let rows = shapes.iter().map(|s| s[0]).collect();
         let all: Vec<&T> = parts.iter().collect();
         // A packed weight is a copy anyway: packed whole, its products take their input once.
-        if let Some(weight) = l.pack.and_then(|p| T::pack_for_few_rows(&all, p)) {
-            return Ok(Stacked::Fused { weight, rows });
-        }
-        if l.fuse {
-            let weight = T::cat(&all, 0);
-            return Ok(Stacked::Fused { weight, rows });
-        }
-        Ok(Stacked::Apart(match l.pack {
-            Some(products) => parts
-                .iter()
-                .map(|p| T::pack_for_few_rows(&[p], products).unwrap_or_else(|| p.clone()))
-                .collect(),
-            None => parts,
-        }))
+        let weights = if let Some(weight) = l.pack.and_then(|p| T::pack_for_few_rows(&all, p)) {
+            Weights::Fused(weight)
+        } else if l.fuse {
+            Weights::Fused(T::cat(&all, 0))
+        } else {
+            Weights::Apart(match l.pack {
+                Some(products) => parts
+                    .iter()
+                    .map(|p| T::pack_for_few_rows(&[p], products).unwrap_or_else(|| p.clone()))
+                    .collect(),
+                None => parts,
+            })
+        };
+        Ok(Stacked { weights, rows })
     }
 
     /// `x @ w.T` for every weight, in order.
     fn products(&self, x: &T) -> Vec<T> {
-        match self {
-            Stacked::Apart(weights) => weights.iter().map(|w| x.linear(w)).collect(),
-            Stacked::Fused { weight, rows } => {
-                let all = x.linear(weight);
-                let last = all.shape().len() - 1;
-                let mut start = 0;
-                rows.iter()
-                    .map(|&n| {
-                        start += n;
-                        all.narrow(last, start - n, n)
-                    })
-                    .collect()
+        self.products_of(x, 0..self.rows.len())
+    }
+
+    /// `x @ w.T` for the weights `parts`, in order: one product where fused.
+    fn products_of(&self, x: &T, parts: Range<usize>) -> Vec<T> {
+        let rows = &self.rows[parts.clone()];
+        match &self.weights {
+            Weights::Apart(weights) => weights[parts].iter().map(|w| x.linear(w)).collect(),
+            Weights::Fused(weight) if parts == (0..self.rows.len()) => {
+                split(&x.linear(weight), rows)
+            }
+            Weights::Fused(weight) => {
+                let start = self.rows[..parts.start].iter().sum();
+                split(&x.linear_rows(weight, start, rows.iter().sum()), rows)
             }
         }
     }
 
+    /// All the products side by side in the last dimension, as one tensor.
+    fn joined(&self, x: &T) -> T {
+        match &self.weights {
+            Weights::Apart(weights) => {
+                let all: Vec<T> = weights.iter().map(|w| x.linear(w)).collect();
+                T::cat(&all.iter().collect::<Vec<_>>(), x.shape().len() - 1)
+            }
+            Weights::Fused(weight) => x.linear(weight),
+        }
+    }
+
+    /// The products in a tensor from [`Stacked::joined`].
+    fn split(&self, joined: &T) -> Vec<T> {
+        split(joined, &self.rows)
+    }
+
     /// `x @ w.T` for weight `i` alone (a view of the fused weight's rows).
     fn product(&self, x: &T, i: usize) -> T {
-        match self {
-            Stacked::Apart(weights) => x.linear(&weights[i]),
-            Stacked::Fused { weight, rows } => {
-                x.linear_rows(weight, rows[..i].iter().sum(), rows[i])
+        match &self.weights {
+            Weights::Apart(weights) => x.linear(&weights[i]),
+            Weights::Fused(weight) => {
+                x.linear_rows(weight, self.rows[..i].iter().sum(), self.rows[i])
             }
         }
     }
+}
+
+/// `all`'s last dimension cut into parts of `sizes`, in order.
+fn split<T: Tensor>(all: &T, sizes: &[usize]) -> Vec<T> {
+    let last = all.shape().len() - 1;
+    let mut start = 0;
+    sizes
+        .iter()
+        .map(|&n| {
+            start += n;
+            all.narrow(last, start - n, n)
+        })
+        .collect()
 }
 
 /// SwiGLU feed-forward: `w2(silu(w1 x) * w3 x)`.
@@ -334,9 +372,19 @@ impl<T: Tensor> AttentionProj<T> {
 
     /// The query, key and value projections of `x` (one product where fused).
     pub fn qkv(&self, x: &T) -> (T, T, T) {
+        self.split_qkv(&self.qkv_joined(x))
+    }
+
+    /// The query, key and value projections of `x` side by side in its last dimension.
+    pub fn qkv_joined(&self, x: &T) -> T {
+        self.qkv.joined(x)
+    }
+
+    /// The query, key and value in a tensor from [`AttentionProj::qkv_joined`].
+    pub fn split_qkv(&self, joined: &T) -> (T, T, T) {
         let [q, k, v]: [T; 3] = self
             .qkv
-            .products(x)
+            .split(joined)
             .try_into()
             .unwrap_or_else(|_| unreachable!("three weights"));
         (q, k, v)
@@ -346,12 +394,14 @@ impl<T: Tensor> AttentionProj<T> {
         self.qkv.product(x, 0)
     }
 
-    pub fn k(&self, x: &T) -> T {
-        self.qkv.product(x, 1)
-    }
-
-    pub fn v(&self, x: &T) -> T {
-        self.qkv.product(x, 2)
+    /// The key and value projections of `x` (one product where fused).
+    pub fn kv(&self, x: &T) -> (T, T) {
+        let [k, v]: [T; 2] = self
+            .qkv
+            .products_of(x, 1..3)
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("two weights"));
+        (k, v)
     }
 
     /// `[b, l, heads * head_dim]` -> `[b, heads, l, head_dim]`.

@@ -19,13 +19,19 @@ struct FlowLayer<T> {
 }
 
 impl<T: Tensor> FlowLayer<T> {
+    /// The query, key and value projections of tokens `x` `[b, tokens, dim]`, side by side
+    /// in the last dimension: each token's depend on that token alone.
+    fn projections(&self, x: &T) -> T {
+        self.attention.qkv_joined(&self.attention_norm.forward(x))
+    }
+
     /// Runs `x` `[b, tokens, dim]` through the layer, every token attending to every token, and
     /// returns the outputs of the first `queries` tokens only. Each token's output depends on
     /// the others only through attention, so the rows left out need no query, output
     /// projection or feed-forward: the last layer computes only the token the head reads.
-    fn forward(&self, x: &T, queries: usize) -> T {
+    /// `projections`, where given, are `x`'s from [`FlowLayer::projections`].
+    fn forward(&self, x: &T, projections: Option<&T>, queries: usize) -> T {
         let a = &self.attention;
-        let n = self.attention_norm.forward(x);
         let first = |t: &T| {
             if queries == t.shape()[1] {
                 t.clone()
@@ -33,11 +39,18 @@ impl<T: Tensor> FlowLayer<T> {
                 t.narrow(1, 0, queries)
             }
         };
-        // One product for q, k and v where every token is a query (fused on accelerators).
-        let (q, k, v) = if queries == n.shape()[1] {
-            a.qkv(&n)
-        } else {
-            (a.q(&first(&n)), a.k(&n), a.v(&n))
+        let (q, k, v) = match projections {
+            Some(p) => {
+                let (q, k, v) = a.split_qkv(p);
+                (first(&q), k, v)
+            }
+            // One product for q, k and v where every token is a query.
+            None if queries == x.shape()[1] => a.qkv(&self.attention_norm.forward(x)),
+            None => {
+                let n = self.attention_norm.forward(x);
+                let (k, v) = a.kv(&n);
+                (a.q(&first(&n)), k, v)
+            }
         };
         let q = a.split_heads(&q, a.n_heads);
         let k = a.split_heads(&k, a.n_kv_heads);
@@ -55,6 +68,8 @@ pub struct FlowHead<T: Tensor> {
     llm_projection: T,
     /// `time_projection(time_embedding(t_i))` for each Euler step, `[1, 1, dim]`.
     time_table: Vec<T>,
+    /// The first layer's projections of each step's time token, `[1, 1, q + 2 kv]`.
+    time_projections: Vec<T>,
     dt: f32,
     layers: Vec<FlowLayer<T>>,
     norm: RmsNorm<T>,
@@ -63,6 +78,8 @@ pub struct FlowHead<T: Tensor> {
     levels: usize,
     n_acoustic: usize,
     dim: usize,
+    /// Width of the first layer's joined projections (q + 2 kv).
+    projections: usize,
     dtype: DType,
     device: T::Device,
     buffers: RefCell<Option<EulerBuffers<T>>>,
@@ -81,6 +98,11 @@ struct EulerBuffers<T> {
     /// projection, the time step's embedding and the hidden state's projection. That last is
     /// zero for the unconditional rows, written once here.
     tokens: T,
+    /// The first layer's query, key and value projections of `tokens`, `[2 rows, 3, q + 2 kv]`.
+    /// A token's projections depend on it alone, so each distinct token is projected once:
+    /// the state's per step for both halves, the time step's at load, the hidden state's once
+    /// per frame; the unconditional rows' zero hidden state projects to the zeros left here.
+    projections: T,
     /// Semantic code and acoustic levels per row, `[rows, 1 + n_acoustic]` f32: one read.
     codes: T,
 }
@@ -92,6 +114,7 @@ impl<T: Tensor> EulerBuffers<T> {
             rows,
             state: T::zeros(device, &[rows, head.n_acoustic], DType::F32),
             tokens: T::zeros(device, &[2 * rows, 3, head.dim], head.dtype),
+            projections: T::zeros(device, &[2 * rows, 3, head.projections], head.dtype),
             codes: T::zeros(device, &[rows, 1 + head.n_acoustic], DType::F32),
         }
     }
@@ -154,13 +177,19 @@ impl<T: Tensor> FlowHead<T> {
         let times: Vec<f32> = (0..steps).map(|i| i as f32 / steps as f32).collect();
         let dt = 1.0 / steps as f32;
         let time_projection = l.tensor(&format!("{p}.time_projection.weight"), &[dim, dim])?;
-        let time_table = times
+        let time_table: Vec<T> = times
             .iter()
             .map(|&t| {
                 l.from_f32(&time_embedding(t, dim), &[1, 1, dim])
                     .linear(&time_projection)
             })
             .collect();
+
+        let first = layers
+            .first()
+            .expect("the config has at least one flow layer");
+        let time_projections: Vec<T> = time_table.iter().map(|t| first.projections(t)).collect();
+        let projections = time_projections[0].shape()[2];
 
         let alpha = CFG_ALPHA;
         Ok(FlowHead {
@@ -178,6 +207,7 @@ impl<T: Tensor> FlowHead<T> {
             llm_projection: l
                 .tensor(&format!("{p}.llm_projection.weight"), &[dim, at.input_dim])?,
             time_table,
+            time_projections,
             dt,
             layers,
             norm: RmsNorm::load(l, &format!("{p}.norm.weight"), dim, at.norm_eps)?,
@@ -187,6 +217,7 @@ impl<T: Tensor> FlowHead<T> {
             levels: am.acoustic_codebook_size,
             n_acoustic: n_ac,
             dim,
+            projections,
             dtype,
             device: l.device.clone(),
             buffers: RefCell::new(None),
@@ -251,32 +282,50 @@ impl<T: Tensor> FlowHead<T> {
         let llm = hidden
             .linear(&self.llm_projection)
             .reshape(&[b, 1, self.dim]);
+        let first = &self.layers[0];
         buffers.tokens.write_at(&[conditional, 2, 0], &llm);
+        buffers
+            .projections
+            .write_at(&[conditional, 2, 0], &first.projections(&llm));
         // The ODE state, the guidance mix and FSQ stay in f32 whatever the compute dtype: it
         // is 36 values per frame, and bf16 rounding here would move codes across FSQ levels.
         buffers.state.write_at(&[0, 0], noise);
         let steps = self.time_table.len();
         let mut x = buffers.state.narrow(0, 0, b);
-        for (i, t) in self.time_table.iter().enumerate() {
+        for (i, (t, t_projections)) in self
+            .time_table
+            .iter()
+            .zip(&self.time_projections)
+            .enumerate()
+        {
             // Both halves see the same state.
             let xb = x
                 .to_dtype(self.dtype)
                 .linear(&self.input_projection)
                 .reshape(&[b, 1, self.dim]);
-            buffers.tokens.write_at(&[conditional, 0, 0], &xb);
-            buffers.tokens.write_at(&[unconditional, 0, 0], &xb);
+            let xb_projections = first.projections(&xb);
+            for half in [conditional, unconditional] {
+                buffers.tokens.write_at(&[half, 0, 0], &xb);
+                buffers.projections.write_at(&[half, 0, 0], &xb_projections);
+            }
             buffers
                 .tokens
                 .write_at(&[conditional, 1, 0], &t.broadcast_to(&[2 * b, 1, self.dim]));
-            let mut h = buffers.tokens.narrow(0, conditional, 2 * b);
+            buffers.projections.write_at(
+                &[conditional, 1, 0],
+                &t_projections.broadcast_to(&[2 * b, 1, self.projections]),
+            );
+            let h = buffers.tokens.narrow(0, conditional, 2 * b);
+            let projections = buffers.projections.narrow(0, conditional, 2 * b);
             // The velocity is read from the first token (the state's) of the last layer.
-            let (last, others) = self.layers.split_last().expect("at least one layer");
-            for layer in others {
-                h = layer.forward(&h, 3);
+            let last = self.layers.len() - 1;
+            let mut h = first.forward(&h, Some(&projections), if last == 0 { 1 } else { 3 });
+            for (j, layer) in self.layers.iter().enumerate().skip(1) {
+                h = layer.forward(&h, None, if j == last { 1 } else { 3 });
             }
             let v = self
                 .norm
-                .forward(&last.forward(&h, 1))
+                .forward(&h)
                 .reshape(&[2 * b, self.dim])
                 .linear(&self.acoustic_out)
                 .to_dtype(DType::F32);
