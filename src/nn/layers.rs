@@ -245,8 +245,8 @@ impl<T: Tensor> Stacked<T> {
     /// All the products side by side in the last dimension, as one tensor.
     fn joined(&self, x: &T) -> T {
         match &self.weights {
-            Weights::Apart(weights) => {
-                let all: Vec<T> = weights.iter().map(|w| x.linear(w)).collect();
+            Weights::Apart(_) => {
+                let all = self.products(x);
                 T::cat(&all.iter().collect::<Vec<_>>(), x.shape().len() - 1)
             }
             Weights::Fused(weight) => x.linear(weight),
@@ -260,12 +260,7 @@ impl<T: Tensor> Stacked<T> {
 
     /// `x @ w.T` for weight `i` alone (a view of the fused weight's rows).
     fn product(&self, x: &T, i: usize) -> T {
-        match &self.weights {
-            Weights::Apart(weights) => x.linear(&weights[i]),
-            Weights::Fused(weight) => {
-                x.linear_rows(weight, self.rows[..i].iter().sum(), self.rows[i])
-            }
-        }
+        self.products_of(x, i..i + 1).swap_remove(0)
     }
 }
 

@@ -315,13 +315,13 @@ impl<T: Tensor> FlowHead<T> {
                 &[conditional, 1, 0],
                 &t_projections.broadcast_to(&[2 * b, 1, self.projections]),
             );
-            let h = buffers.tokens.narrow(0, conditional, 2 * b);
+            let mut h = buffers.tokens.narrow(0, conditional, 2 * b);
             let projections = buffers.projections.narrow(0, conditional, 2 * b);
             // The velocity is read from the first token (the state's) of the last layer.
             let last = self.layers.len() - 1;
-            let mut h = first.forward(&h, Some(&projections), if last == 0 { 1 } else { 3 });
-            for (j, layer) in self.layers.iter().enumerate().skip(1) {
-                h = layer.forward(&h, None, if j == last { 1 } else { 3 });
+            for (j, layer) in self.layers.iter().enumerate() {
+                let given = (j == 0).then_some(&projections);
+                h = layer.forward(&h, given, if j == last { 1 } else { 3 });
             }
             let v = self
                 .norm
