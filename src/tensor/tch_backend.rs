@@ -127,6 +127,46 @@ unsafe fn cpu_product<E: Copy>(
     y
 }
 
+/// The bf16 CPU weights `parts` `[out_i, k]`, stacked and packed in panels for
+/// [`cpu_gemv::packed`] (`[out / PANEL, k, PANEL]`), or `None` when they are not bf16 CPU
+/// weights of whole panels.
+fn packed_panels(parts: &[&TchTensor]) -> Option<TchTensor> {
+    use super::cpu_gemv::packed::{self, PANEL};
+    use half::bf16;
+
+    let k = parts.first()?.0.size().get(1).copied()?;
+    let packable = |w: &tch::Tensor| match w.size().as_slice() {
+        &[out, cols] => {
+            w.device() == Device::Cpu
+                && w.kind() == Kind::BFloat16
+                && cols == k
+                && out > 0
+                && (out as usize).is_multiple_of(PANEL)
+        }
+        _ => false,
+    };
+    if !parts.iter().all(|p| packable(&p.0)) {
+        return None;
+    }
+    let k = k as usize;
+    let out: usize = parts.iter().map(|p| p.0.size()[0] as usize).sum();
+    let shape = [(out / PANEL) as i64, k as i64, PANEL as i64];
+    let panels = tch::Tensor::empty(shape, (Kind::BFloat16, Device::Cpu));
+    // SAFETY: a new contiguous bf16 CPU tensor of `out * k` values, written only here.
+    let mut into =
+        unsafe { std::slice::from_raw_parts_mut(panels.data_ptr() as *mut bf16, out * k) };
+    for part in parts {
+        let w = part.0.contiguous();
+        let rows = w.size()[0] as usize;
+        // SAFETY: a contiguous bf16 CPU tensor of `rows * k` values, alive for the call.
+        let values = unsafe { std::slice::from_raw_parts(w.data_ptr() as *const bf16, rows * k) };
+        let (this, rest) = into.split_at_mut(rows * k);
+        packed::pack_into(values, rows, k, this);
+        into = rest;
+    }
+    Some(TchTensor::wrap(panels))
+}
+
 /// Weight values widened to f32 at a time by [`widened_linear`] (4 MiB of f32).
 const WIDEN_TILE_VALUES: usize = 1 << 20;
 
@@ -134,7 +174,8 @@ const WIDEN_TILE_VALUES: usize = 1 << 20;
 /// AVX512-BF16 (as the kernel variant in use says), where libtorch's bf16 GEMM takes a path
 /// tens of times slower than its f32 one.
 fn widens_bf16_gemm() -> bool {
-    super::cpu_gemv::Variant::active() != super::cpu_gemv::Variant::Avx512Bf16
+    use super::cpu_gemv::Variant;
+    !matches!(Variant::active(), Variant::Avx512Bf16 | Variant::Amx)
 }
 
 /// bf16 `x @ w.T` on the CPU through libtorch's f32 GEMM, which runs at the CPU's FMA rate:
@@ -490,46 +531,18 @@ impl Tensor for TchTensor {
     /// products of a few dozen rows run nearer the FMA peak than the few-row kernel's
     /// (docs/performance.md); elsewhere, or in f32, nothing.
     fn pack_for_few_rows(parts: &[&Self], products: Products) -> Option<Self> {
-        use super::cpu_gemv::packed::{self, PANEL};
-        use half::bf16;
-
+        use super::cpu_gemv::Variant;
         // With AVX512-BF16 libtorch's bf16 GEMM of a prompt outruns the packed kernel (AMX);
-        // elsewhere bf16 GEMMs are widened, and the packed kernel outruns those too.
-        if products == Products::AlsoManyRows && !widens_bf16_gemm() {
-            return None;
-        }
-        let k = parts.first()?.0.size().get(1).copied()?;
-        let packable = |w: &tch::Tensor| match w.size().as_slice() {
-            &[out, cols] => {
-                w.device() == Device::Cpu
-                    && w.kind() == Kind::BFloat16
-                    && cols == k
-                    && out > 0
-                    && (out as usize).is_multiple_of(PANEL)
-            }
-            _ => false,
+        // elsewhere bf16 GEMMs are widened, and the packed kernel outruns those too. The AMX
+        // variant reads weights as stored, faster than the packed kernel at any row count.
+        let packs = match Variant::active() {
+            Variant::Amx => false,
+            _ => products == Products::FewRows || widens_bf16_gemm(),
         };
-        if !parts.iter().all(|p| packable(&p.0)) {
+        if !packs {
             return None;
         }
-        let k = k as usize;
-        let out: usize = parts.iter().map(|p| p.0.size()[0] as usize).sum();
-        let shape = [(out / PANEL) as i64, k as i64, PANEL as i64];
-        let panels = tch::Tensor::empty(shape, (Kind::BFloat16, Device::Cpu));
-        // SAFETY: a new contiguous bf16 CPU tensor of `out * k` values, written only here.
-        let mut into =
-            unsafe { std::slice::from_raw_parts_mut(panels.data_ptr() as *mut bf16, out * k) };
-        for part in parts {
-            let w = part.0.contiguous();
-            let rows = w.size()[0] as usize;
-            // SAFETY: a contiguous bf16 CPU tensor of `rows * k` values, alive for the call.
-            let values =
-                unsafe { std::slice::from_raw_parts(w.data_ptr() as *const bf16, rows * k) };
-            let (this, rest) = into.split_at_mut(rows * k);
-            packed::pack_into(values, rows, k, this);
-            into = rest;
-        }
-        Some(Self::wrap(panels))
+        packed_panels(parts)
     }
 
     fn rms_norm(&self, weight: &Self, eps: f64) -> Self {
@@ -816,13 +829,12 @@ mod tests {
         let w = tch::Tensor::randn([160, 64], (Kind::Float, Device::Cpu)).to_kind(Kind::BFloat16);
         let x = tch::Tensor::randn([2, 3, 64], (Kind::Float, Device::Cpu)).to_kind(Kind::BFloat16);
         let (w, x) = (TchTensor(w), TchTensor(x));
-        let packed =
-            TchTensor::pack_for_few_rows(&[&w], Products::FewRows).expect("bf16 whole panels pack");
+        let packed = packed_panels(&[&w]).expect("bf16 whole panels pack");
         let whole = x.linear(&packed);
         // Packed from parts, as a fused weight is: the same panels.
         let parts = [w.narrow(0, 0, 96), w.narrow(0, 96, 64)];
-        let from_parts = TchTensor::pack_for_few_rows(&[&parts[0], &parts[1]], Products::FewRows)
-            .expect("parts of whole panels pack");
+        let from_parts =
+            packed_panels(&[&parts[0], &parts[1]]).expect("parts of whole panels pack");
         assert!(from_parts.0.equal(&packed.0));
         for (start, len) in [(0, 160), (32, 64), (128, 32), (40, 50), (0, 8)] {
             let got = x.linear_rows(&packed, start, len);

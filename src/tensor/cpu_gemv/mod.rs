@@ -13,6 +13,8 @@
 //! fixed per variant: variants differ from each other in the last bits, and one process uses
 //! one variant, chosen once ([`Variant::active`]).
 
+#[cfg(target_arch = "x86_64")]
+mod amx;
 mod openmp;
 pub mod packed;
 mod portable;
@@ -53,14 +55,18 @@ pub enum Variant {
     Avx512F,
     /// AVX-512F with AVX512-BF16: bf16 pairs through `vdpbf16ps`; f32 as [`Variant::Avx512F`].
     Avx512Bf16,
+    /// AVX512-BF16 with the AMX tile unit: bf16 through `tdpbf16ps` ([`amx`]); f32 as
+    /// [`Variant::Avx512F`].
+    Amx,
 }
 
 impl Variant {
-    pub const ALL: [Variant; 4] = [
+    pub const ALL: [Variant; 5] = [
         Variant::Portable,
         Variant::Avx2Fma,
         Variant::Avx512F,
         Variant::Avx512Bf16,
+        Variant::Amx,
     ];
 
     /// The name `VOXTRAL_CPU_KERNEL` takes and `bench` prints.
@@ -70,6 +76,7 @@ impl Variant {
             Variant::Avx2Fma => "avx2",
             Variant::Avx512F => "avx512f",
             Variant::Avx512Bf16 => "avx512bf16",
+            Variant::Amx => "amx",
         }
     }
 
@@ -80,6 +87,7 @@ impl Variant {
             Variant::Avx2Fma => "avx2 fma",
             Variant::Avx512F => "avx512f",
             Variant::Avx512Bf16 => "avx512f avx512_bf16",
+            Variant::Amx => "avx512f avx512_bf16 amx_tile amx_bf16 (and the OS's leave)",
         }
     }
 
@@ -96,6 +104,7 @@ impl Variant {
                 Variant::Avx512Bf16 => {
                     is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16")
                 }
+                Variant::Amx => Variant::Avx512Bf16.supported() && amx::available(),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -140,7 +149,7 @@ impl Variant {
                     best
                 }
                 None => {
-                    tracing::warn!(requested = name, using = best.name(), "VOXTRAL_CPU_KERNEL: unknown variant (auto, portable, avx2, avx512f, avx512bf16)");
+                    tracing::warn!(requested = name, using = best.name(), "VOXTRAL_CPU_KERNEL: unknown variant (auto, portable, avx2, avx512f, avx512bf16, amx)");
                     best
                 }
             }
@@ -168,15 +177,33 @@ pub trait Element: Copy + Send + Sync + 'static {
 pub struct Kernel<E> {
     /// Computes the outputs of a range of weight rows of a [`Job`]; see [`Job::run`].
     run: unsafe fn(&Job<E>, Range<usize>),
-    /// `Some(lanes)` when the variant reads its inputs widened by [`widen_inputs`].
-    widened_lanes: Option<usize>,
+    inputs: Inputs,
+    /// The multiple of weight rows a thread's share is made of.
+    block: usize,
+}
+
+/// How a variant reads its inputs.
+#[derive(Clone, Copy)]
+enum Inputs {
+    AsIs,
+    /// Widened by [`widen_inputs`] for loads of `lanes` values.
+    Widened {
+        lanes: usize,
+    },
+    /// As the AMX unit's pairs ([`amx::pairs`]).
+    #[cfg(target_arch = "x86_64")]
+    Pairs,
 }
 
 impl<E: Element> Kernel<E> {
     fn of<L: Lanes<E = E>>() -> Self {
         Kernel {
             run: Job::run::<L>,
-            widened_lanes: L::WIDENED.then_some(L::LANES),
+            inputs: match L::WIDENED {
+                true => Inputs::Widened { lanes: L::LANES },
+                false => Inputs::AsIs,
+            },
+            block: ROW_BLOCK,
         }
     }
 }
@@ -201,6 +228,12 @@ impl Element for bf16 {
             Variant::Avx512F => Kernel::of::<x86::Avx512WidenedBf16>(),
             #[cfg(target_arch = "x86_64")]
             Variant::Avx512Bf16 => Kernel::of::<x86::Avx512DotBf16>(),
+            #[cfg(target_arch = "x86_64")]
+            Variant::Amx => Kernel {
+                run: amx::run,
+                inputs: Inputs::Pairs,
+                block: amx::BLOCK,
+            },
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("only the portable variant is supported here"),
         }
@@ -224,7 +257,7 @@ impl Element for f32 {
             #[cfg(target_arch = "x86_64")]
             Variant::Avx2Fma => Kernel::of::<x86::Avx2F32>(),
             #[cfg(target_arch = "x86_64")]
-            Variant::Avx512F | Variant::Avx512Bf16 => Kernel::of::<x86::Avx512F32>(),
+            Variant::Avx512F | Variant::Avx512Bf16 | Variant::Amx => Kernel::of::<x86::Avx512F32>(),
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("only the portable variant is supported here"),
         }
@@ -337,10 +370,20 @@ pub fn linear_with<E: Element>(
     assert!(rows <= MAX_ROWS, "{rows} rows: more than {MAX_ROWS}");
     assert_eq!(y.len(), rows * out, "output length");
     let kernel = E::kernel(variant);
-    let widened = kernel.widened_lanes.map(|lanes| widen_inputs(x, k, lanes));
-    let (x_ptr, x_stride) = match &widened {
-        Some((values, stride)) => (values.as_ptr().cast::<u8>(), *stride),
-        None => (x.as_ptr().cast::<u8>(), k),
+    let widened;
+    #[cfg(target_arch = "x86_64")]
+    let pairs;
+    let (x_ptr, x_stride) = match kernel.inputs {
+        Inputs::AsIs => (x.as_ptr().cast::<u8>(), k),
+        Inputs::Widened { lanes } => {
+            widened = widen_inputs(x, k, lanes);
+            (widened.0.as_ptr().cast::<u8>(), widened.1)
+        }
+        #[cfg(target_arch = "x86_64")]
+        Inputs::Pairs => {
+            pairs = amx::pairs(x, k);
+            (pairs.0.as_ptr().cast::<u8>(), pairs.1)
+        }
     };
     let job = Job {
         x: x_ptr,
@@ -351,6 +394,7 @@ pub fn linear_with<E: Element>(
         rows,
         out,
         run: kernel.run,
+        block: kernel.block,
     };
     let parallel = threads > 1 && std::mem::size_of_val(w) >= PARALLEL_MIN_BYTES;
     match openmp::runtime() {
@@ -372,18 +416,19 @@ pub fn linear_with<E: Element>(
 }
 
 /// Runs one OpenMP thread's share of a [`Job`]: whole blocks of weight rows, in order of
-/// thread number, so every thread but the last runs full blocks.
+/// thread number, so every thread but the last runs full blocks (and a block's outputs sit
+/// where they would with one thread).
 extern "C" fn run_share<E: Element>(job: *mut c_void) {
     let omp = openmp::runtime().expect("called from an OpenMP parallel region");
     // SAFETY: `linear_with` passes a `Job<E>` that outlives the parallel region.
     let job = unsafe { &*(job as *const Job<E>) };
     // SAFETY: the ranges of different threads are disjoint and within `0..out`.
-    unsafe { (job.run)(job, omp.share(job.out, ROW_BLOCK)) };
+    unsafe { (job.run)(job, omp.share(job.out, job.block)) };
 }
 
 /// One product, shared by the threads that compute it.
 pub struct Job<E> {
-    /// The inputs as the kernel reads them: `E`, or f32 widened ([`Lanes::X`]).
+    /// The inputs as the kernel reads them ([`Inputs`]).
     x: *const u8,
     x_stride: usize,
     w: *const E,
@@ -392,6 +437,7 @@ pub struct Job<E> {
     rows: usize,
     out: usize,
     run: unsafe fn(&Job<E>, Range<usize>),
+    block: usize,
 }
 
 impl<E: Element> Job<E> {
@@ -502,7 +548,7 @@ pub fn peak_f32_flops(variant: Variant, threads: usize) -> Option<f64> {
         let (lanes, run): (usize, unsafe fn(usize) -> f32) = match variant {
             Variant::Portable => return None,
             Variant::Avx2Fma => (8, x86::fma_loop_256),
-            Variant::Avx512F | Variant::Avx512Bf16 => (16, x86::fma_loop_512),
+            Variant::Avx512F | Variant::Avx512Bf16 | Variant::Amx => (16, x86::fma_loop_512),
         };
         variant.assert_supported();
         let iterations = 20_000_000;

@@ -146,7 +146,9 @@ impl Job {
             let y = self.y.add(panel * PANEL);
             match self.variant {
                 #[cfg(target_arch = "x86_64")]
-                Variant::Avx512F | Variant::Avx512Bf16 => x86::panel_avx512(self, w, y),
+                Variant::Avx512F | Variant::Avx512Bf16 | Variant::Amx => {
+                    x86::panel_avx512(self, w, y)
+                }
                 #[cfg(target_arch = "x86_64")]
                 Variant::Avx2Fma => x86::panel_avx2(self, w, y),
                 _ => self.panel_portable(w, y),

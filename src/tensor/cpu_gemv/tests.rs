@@ -160,6 +160,11 @@ fn avx512bf16_kernel_is_exact_batch_invariant_and_close_to_f64() {
     check(Variant::Avx512Bf16, "avx512bf16");
 }
 
+#[test]
+fn amx_kernel_is_exact_batch_invariant_and_close_to_f64() {
+    check(Variant::Amx, "amx");
+}
+
 /// The variant this process runs is always tested, whatever the host.
 #[test]
 fn the_active_kernel_runs_here_and_is_checked() {
