@@ -87,7 +87,7 @@ impl Variant {
             Variant::Avx2Fma => "avx2 fma",
             Variant::Avx512F => "avx512f",
             Variant::Avx512Bf16 => "avx512f avx512_bf16",
-            Variant::Amx => "avx512f avx512_bf16 amx_tile amx_bf16 (and the OS's leave)",
+            Variant::Amx => "avx512f avx512_bf16 amx_tile amx_bf16 (with the OS's permission)",
         }
     }
 
