@@ -16,6 +16,7 @@
 use super::{Element, Job};
 use half::bf16;
 use std::arch::asm;
+use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
 use std::ops::Range;
 use std::sync::OnceLock;
 
@@ -25,6 +26,8 @@ const TILE_ROWS: usize = 16;
 const TILE_K: usize = 32;
 /// Outputs per step, two weight tiles, and the multiple a thread's share is made of.
 pub(super) const BLOCK: usize = 2 * TILE_ROWS;
+/// Steps of `k` ahead of the one multiplied whose weights are prefetched, with two input tiles.
+const PREFETCH_STEPS: usize = 2;
 /// Input tiles per pass over the weights, each with its two tiles of sums: 2 + 2 + 4 of the
 /// unit's 8 tiles.
 const INPUT_TILES: usize = 2;
@@ -187,6 +190,14 @@ unsafe fn block(
             }
             (staged.cast_const(), TILE_K * 2)
         };
+        // Two input tiles make each step longer, so fewer weight loads are in flight: fetched
+        // ahead, 24 rows of a full-size layer took 12% less time (one tile: no gain, measured).
+        if two && n == BLOCK && c + PREFETCH_STEPS * TILE_K < k {
+            for r in 0..BLOCK {
+                let line = weights.add(r * k + c + PREFETCH_STEPS * TILE_K);
+                _mm_prefetch::<_MM_HINT_T0>(line.cast());
+            }
+        }
         let b = a.cast::<u8>().add(TILE_ROWS * a_stride);
         let x = inputs.add(c / 2 * rows);
         asm!(
