@@ -10,8 +10,8 @@
 //! Order: the unit's own. It is not sequential fused multiply-adds (measured: most f32 sums
 //! differ in the last bits), but it is fixed for each output, whichever tile column its input
 //! row sits in and however many rows share the tile (tested), so a request's bits do not depend
-//! on its batch. Inputs and sums below f32's normal range are flushed to zero, as with
-//! `vdpbf16ps`.
+//! on its batch. Inputs and sums below f32's normal range are flushed to zero (Intel's manual),
+//! as with `vdpbf16ps`.
 
 use super::{Element, Job};
 use half::bf16;
