@@ -43,7 +43,14 @@ pub(super) fn available() -> bool {
         let (tile, bf16) = leaf7.map_or((false, false), |l| {
             (l.edx & (1 << 24) != 0, l.edx & (1 << 22) != 0)
         });
-        tile && bf16 && tile_state_permitted()
+        if !(tile && bf16) {
+            return false;
+        }
+        let permitted = tile_state_permitted();
+        if !permitted {
+            tracing::warn!("the CPU has AMX but the OS refused this process the tile state (arch_prctl; a seccomp profile or a kernel before 5.16): the amx kernel is not used");
+        }
+        permitted
     })
 }
 
