@@ -820,6 +820,36 @@ mod tests {
         assert!(widened_linear(&x.to_kind(Kind::Float), &w).is_none());
     }
 
+    /// Decode steps (the kernel, which on AMX CPUs releases the tile unit after each call)
+    /// and prompts (libtorch's bf16 GEMM, itself on AMX there) alternate on the same threads:
+    /// each must leave the other working.
+    #[test]
+    fn few_row_products_and_libtorch_gemms_alternate() {
+        let _guard = tch::no_grad_guard();
+        let bf16 = |shape: [i64; 2]| {
+            tch::Tensor::randn(shape, (Kind::Float, Device::Cpu)).to_kind(Kind::BFloat16)
+        };
+        let w = bf16([256, 512]);
+        let near_f32 = |x: &tch::Tensor, y: &tch::Tensor| {
+            let want = x
+                .to_kind(Kind::Float)
+                .linear::<tch::Tensor>(&w.to_kind(Kind::Float), None);
+            let err = (y.to_kind(Kind::Float) - &want)
+                .abs()
+                .max()
+                .double_value(&[]);
+            err <= want.abs().max().double_value(&[]) / 64.0
+        };
+        for round in 0..3 {
+            let step = bf16([4, 512]);
+            let y = TchTensor(step.shallow_clone()).linear(&TchTensor(w.shallow_clone()));
+            assert!(near_f32(&step, &y.0), "decode step, round {round}");
+            let prompt = bf16([256, 512]);
+            let y = prompt.linear::<tch::Tensor>(&w, None);
+            assert!(near_f32(&prompt, &y), "prompt, round {round}");
+        }
+    }
+
     /// A packed weight's outputs `start..start + len`, as a fused weight's parts are taken:
     /// whole panels alone, or a cut of every output; both as the whole product has them, and
     /// near the plain f32 product of those rows.
