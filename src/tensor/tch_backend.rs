@@ -529,7 +529,7 @@ impl Tensor for TchTensor {
 
     /// On the CPU, a bf16 weight of whole panels is packed for [`cpu_gemv::packed`], whose
     /// products of a few dozen rows run nearer the FMA peak than the few-row kernel's
-    /// (docs/performance.md); elsewhere, or in f32, nothing.
+    /// (docs/performance.md); with the `amx` kernel, elsewhere, or in f32, nothing.
     fn pack_for_few_rows(parts: &[&Self], products: Products) -> Option<Self> {
         use super::cpu_gemv::Variant;
         // With AVX512-BF16 libtorch's bf16 GEMM of a prompt outruns the packed kernel (AMX);
