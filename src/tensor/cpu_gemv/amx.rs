@@ -13,7 +13,7 @@
 //! on its batch. Inputs and sums below f32's normal range are flushed to zero (Intel's manual),
 //! as with `vdpbf16ps`.
 
-use super::{Element, Job};
+use super::{equal_parts, Element, Job};
 use half::bf16;
 use std::arch::asm;
 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
@@ -122,18 +122,12 @@ fn configure(groups: &[Range<usize>]) -> TileConfig {
     config
 }
 
-/// The input rows split into groups of at most [`TILE_ROWS`], equal to within a row.
-fn row_groups(rows: usize) -> impl Iterator<Item = Range<usize>> {
-    let groups = rows.div_ceil(TILE_ROWS);
-    (0..groups).map(move |g| g * rows / groups..(g + 1) * rows / groups)
-}
-
 /// Computes the outputs `outputs` of every input row, `job.x` holding [`pairs`].
 ///
 /// # Safety
 /// As [`Job::run`]; the CPU has AMX-BF16 and the process may use it ([`available`]).
 pub(super) unsafe fn run(job: &Job<bf16>, outputs: Range<usize>) {
-    let groups: Vec<Range<usize>> = row_groups(job.rows).collect();
+    let groups: Vec<Range<usize>> = equal_parts(job.rows, TILE_ROWS).collect();
     let mut scratch = Scratch {
         staged: Staged([bf16::ZERO; BLOCK * TILE_K]),
         sums: Sums([0.0; TILE_ROWS * TILE_ROWS]),

@@ -175,6 +175,7 @@ impl Job {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use super::super::equal_parts;
     use super::{Job, PANEL};
     use half::bf16;
     use std::arch::x86_64::*;
@@ -188,13 +189,6 @@ mod x86 {
     /// With AVX2: 6 x 2 of the 16, for half a panel at a time.
     const ROWS_256: usize = 6;
 
-    /// Rows for the next tile of the `left` rows, tiles of at most `most`: as many tiles as
-    /// needed, equal to within a row. A tile of a few rows keeps too few sums in flight to
-    /// hide the multiply-adds' latency, so 8 rows run as 4 + 4 rather than 6 + 2.
-    fn tile_rows(left: usize, most: usize) -> usize {
-        left.div_ceil(left.div_ceil(most))
-    }
-
     /// Stores a vector of f32 sums as 16 (or 8) bf16, rounded to nearest even.
     #[inline(always)]
     unsafe fn store(y: *mut bf16, sums: &[f32]) {
@@ -205,19 +199,17 @@ mod x86 {
 
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn panel_avx512(job: &Job, w: *const bf16, y: *mut bf16) {
-        let mut r = 0;
-        while r < job.rows {
-            let n = tile_rows(job.rows - r, ROWS_512);
+        for rows in equal_parts(job.rows, ROWS_512) {
+            let r = rows.start;
             macro_rules! tile {
                 ($($n:literal)*) => {
-                    match n {
+                    match rows.len() {
                         $($n => tile_avx512::<$n>(job, w, r, y),)*
                         _ => unreachable!("1 to {ROWS_512} rows"),
                     }
                 };
             }
             tile!(1 2 3 4 5 6 7 8 9 10 11 12);
-            r += n;
         }
     }
 
@@ -251,19 +243,17 @@ mod x86 {
     pub(super) unsafe fn panel_avx2(job: &Job, w: *const bf16, y: *mut bf16) {
         // Lanes 0-7 of a line hold outputs 0-7 and 16-23; lanes 8-15, outputs 8-15 and 24-31.
         for half in 0..2 {
-            let mut r = 0;
-            while r < job.rows {
-                let n = tile_rows(job.rows - r, ROWS_256);
+            for rows in equal_parts(job.rows, ROWS_256) {
+                let r = rows.start;
                 macro_rules! tile {
                     ($($n:literal)*) => {
-                        match n {
+                        match rows.len() {
                             $($n => tile_avx2::<$n>(job, w, half, r, y),)*
                             _ => unreachable!("1 to {ROWS_256} rows"),
                         }
                     };
                 }
                 tile!(1 2 3 4 5 6);
-                r += n;
             }
         }
     }
