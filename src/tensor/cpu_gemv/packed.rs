@@ -141,11 +141,13 @@ impl Job {
     /// # Safety
     /// The pointers cover the lengths `linear` checked, and no other thread writes these panels.
     unsafe fn run(&self, panels: Range<usize>) {
+        #[cfg(target_arch = "x86_64")]
         let end = panels.end;
         for panel in panels {
             let w = self.packed.add(panel * PANEL * self.k);
             let y = self.y.add(panel * PANEL);
             // This thread's next panel, fetched during the later passes over this one.
+            #[cfg(target_arch = "x86_64")]
             let next = (panel + 1 < end).then(|| w.add(PANEL * self.k));
             match self.variant {
                 #[cfg(target_arch = "x86_64")]
