@@ -531,7 +531,6 @@ unsafe fn dot<L: Lanes, const R: usize, const M: usize>(
 /// `0..len` cut into as few ranges of at most `most` as possible, equal to within one: a tile
 /// of a few rows keeps too little work in flight, so 8 rows with at most 6 run as 4 + 4, not
 /// 6 + 2.
-#[cfg(target_arch = "x86_64")]
 fn equal_parts(len: usize, most: usize) -> impl Iterator<Item = Range<usize>> {
     let parts = len.div_ceil(most);
     (0..parts).map(move |i| i * len / parts..(i + 1) * len / parts)
