@@ -5,7 +5,44 @@
 //! reciprocal square root, the normalised value rounded to the input's type, then times the
 //! weight in f32 and rounded again.
 
-use super::cpu_gemv::Element;
+use half::bf16;
+
+/// A value the norm reads and writes: converted with integer operations, so that the loops
+/// vectorise (the `half` crate's conversions branch on NaN).
+pub trait Value: Copy {
+    fn widen(self) -> f32;
+    /// Rounded to nearest even.
+    fn narrow(value: f32) -> Self;
+}
+
+impl Value for f32 {
+    fn widen(self) -> f32 {
+        self
+    }
+
+    fn narrow(value: f32) -> Self {
+        value
+    }
+}
+
+impl Value for bf16 {
+    fn widen(self) -> f32 {
+        // A bf16 is the top half of an f32.
+        f32::from_bits(u32::from(self.to_bits()) << 16)
+    }
+
+    fn narrow(value: f32) -> Self {
+        let bits = value.to_bits();
+        let rounded = if value.is_nan() {
+            (bits >> 16) | 0x40
+        } else {
+            // Adding just under half a unit of the kept bits, plus the kept part's lowest bit,
+            // carries exactly when rounding to nearest even goes up.
+            (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        };
+        bf16::from_bits(rounded as u16)
+    }
+}
 
 /// Partial sums of squares kept apart, as a vectorised reduction keeps them (and as libtorch's
 /// does): the compiler can vectorise the loop, and the sum's rounding error stays small.
@@ -15,7 +52,7 @@ const LANES: usize = 16;
 ///
 /// # Panics
 /// When `x` is not whole rows, or `y` is not `x`'s length.
-pub fn rms_norm<E: Element>(x: &[E], weight: &[E], eps: f32, y: &mut [E]) {
+pub fn rms_norm<E: Value>(x: &[E], weight: &[E], eps: f32, y: &mut [E]) {
     let dim = weight.len();
     assert!(
         dim > 0 && x.len().is_multiple_of(dim) && y.len() == x.len(),
@@ -28,19 +65,19 @@ pub fn rms_norm<E: Element>(x: &[E], weight: &[E], eps: f32, y: &mut [E]) {
         let tail = chunks.remainder();
         for chunk in chunks {
             for (sum, v) in partial.iter_mut().zip(chunk) {
-                let v = v.to_f32();
+                let v = v.widen();
                 *sum += v * v;
             }
         }
         for (sum, v) in partial.iter_mut().zip(tail) {
-            let v = v.to_f32();
+            let v = v.widen();
             *sum += v * v;
         }
         let mean = partial.iter().sum::<f32>() / dim as f32;
         let inverse = 1.0 / (mean + eps).sqrt();
         for ((o, v), w) in out.iter_mut().zip(row).zip(weight) {
-            let normed = E::from_sum(v.to_f32() * inverse);
-            *o = E::from_sum(normed.to_f32() * w.to_f32());
+            let normed = E::narrow(v.widen() * inverse);
+            *o = E::narrow(normed.widen() * w.widen());
         }
     }
 }
@@ -48,7 +85,38 @@ pub fn rms_norm<E: Element>(x: &[E], weight: &[E], eps: f32, y: &mut [E]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use half::bf16;
+
+    /// The integer conversions give the `half` crate's bits, ties and infinities included.
+    #[test]
+    fn bf16_conversions_match_the_half_crates() {
+        let specials = [
+            0.0f32,
+            -0.0,
+            1.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::MAX,
+            f32::MIN_POSITIVE,
+            1e-40,
+        ];
+        let ties = (0..64u32).map(|i| f32::from_bits(0x3F80_8000 + (i << 16)));
+        let spread = (0..100_000u32).map(|i| f32::from_bits(i.wrapping_mul(2_654_435_761)));
+        for value in specials
+            .into_iter()
+            .chain(ties)
+            .chain(spread)
+            .filter(|v| !v.is_nan())
+        {
+            assert_eq!(
+                bf16::narrow(value).to_bits(),
+                bf16::from_f32(value).to_bits(),
+                "{value:e}"
+            );
+            let b = bf16::from_f32(value);
+            assert_eq!(b.widen().to_bits(), b.to_f32().to_bits());
+        }
+        assert!(bf16::narrow(f32::NAN).is_nan());
+    }
 
     /// Against the same formula in f64, rounded once where the reference rounds.
     #[test]
