@@ -7,7 +7,7 @@
 //! conv weights are handed over in PyTorch layout once, through `prepare_conv_weight`.
 
 pub mod cpu_gemv;
-mod cpu_norm;
+mod cpu_small;
 #[cfg(feature = "mlx")]
 pub mod mlx_backend;
 pub mod tch_backend;

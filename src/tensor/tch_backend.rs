@@ -97,6 +97,79 @@ fn packed_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
     Some(unsafe { cpu_product(x, w, out, Kind::BFloat16, packed::linear) })
 }
 
+/// Attention without mask over a few tokens on the CPU (`cpu_small::attention`), bf16 or f32,
+/// `[batch, heads, tokens, dim]` with `dim` contiguous; `None` for the rest, which go to
+/// libtorch's SDPA. The result is `[batch, tokens, heads, dim]` in memory, returned transposed,
+/// so that merging the heads back is a view.
+fn cpu_attention(
+    q: &tch::Tensor,
+    k: &tch::Tensor,
+    v: &tch::Tensor,
+    scale: f64,
+) -> Option<tch::Tensor> {
+    use super::cpu_small::attention::{attention, Strided, MAX_KEYS};
+
+    let kind = q.kind();
+    let fits = |t: &tch::Tensor| {
+        t.device() == Device::Cpu
+            && t.kind() == kind
+            && t.dim() == 4
+            && t.stride()[3] == 1
+            && t.size()[2] as usize <= MAX_KEYS
+    };
+    let (qs, ks) = (q.size(), k.size());
+    let plain = matches!(kind, Kind::BFloat16 | Kind::Float)
+        && fits(q)
+        && fits(k)
+        && fits(v)
+        && v.size() == ks
+        && ks[0] == qs[0]
+        && ks[3] == qs[3]
+        && ks[1] > 0
+        && ks[2] > 0
+        && qs[1] % ks[1] == 0;
+    if !plain {
+        return None;
+    }
+    let strided = |t: &tch::Tensor| {
+        let (size, stride) = (t.size(), t.stride());
+        (
+            t.data_ptr(),
+            [0, 1, 2, 3].map(|i| size[i] as usize),
+            [0, 1, 2].map(|i| stride[i] as usize),
+        )
+    };
+    let [batch, heads, queries, dim] = strided(q).1;
+    let out = tch::Tensor::empty(
+        [batch, queries, heads, dim].map(|n| n as i64),
+        (kind, Device::Cpu),
+    );
+    let n = out.numel();
+    // SAFETY: the three are live CPU tensors of `kind` whose shapes and strides were checked
+    // above; `out` is new, contiguous, of `kind` and `n` values, and not shared.
+    unsafe {
+        macro_rules! run {
+            ($e:ty) => {{
+                let view = |t: &tch::Tensor| {
+                    let (values, shape, strides) = strided(t);
+                    Strided {
+                        values: values as *const $e,
+                        shape,
+                        strides,
+                    }
+                };
+                let y = std::slice::from_raw_parts_mut(out.data_ptr() as *mut $e, n);
+                attention(&view(q), &view(k), &view(v), scale as f32, y)
+            }};
+        }
+        match kind {
+            Kind::BFloat16 => run!(half::bf16),
+            _ => run!(f32),
+        }
+    }
+    Some(out.transpose(1, 2))
+}
+
 /// The reference's RMSNorm in libtorch's operations: in f32, the normalised value rounded to
 /// `x`'s type before the weight multiplies it.
 fn libtorch_rms_norm(x: &tch::Tensor, weight: &tch::Tensor, eps: f64) -> tch::Tensor {
@@ -109,7 +182,7 @@ fn libtorch_rms_norm(x: &tch::Tensor, weight: &tch::Tensor, eps: f64) -> tch::Te
 /// go to libtorch's threads.
 const CPU_RMS_NORM_MAX_VALUES: i64 = 1 << 18;
 
-/// RMSNorm in one pass (`cpu_norm`) for a CPU tensor of a few rows with a weight of its
+/// RMSNorm in one pass (`cpu_small::norm`) for a CPU tensor of a few rows with a weight of its
 /// kind, bf16 or f32; `None` for the rest, which libtorch normalises.
 fn cpu_rms_norm(x: &tch::Tensor, weight: &tch::Tensor, eps: f64) -> Option<tch::Tensor> {
     let kind = x.kind();
@@ -131,13 +204,13 @@ fn cpu_rms_norm(x: &tch::Tensor, weight: &tch::Tensor, eps: f64) -> Option<tch::
     // `dim` and `n` values; `y` is not shared, and `x` and `weight` outlive the call.
     unsafe {
         match kind {
-            Kind::BFloat16 => super::cpu_norm::rms_norm(
+            Kind::BFloat16 => super::cpu_small::norm::rms_norm(
                 std::slice::from_raw_parts(x.data_ptr() as *const half::bf16, n),
                 std::slice::from_raw_parts(weight.data_ptr() as *const half::bf16, dim),
                 eps as f32,
                 std::slice::from_raw_parts_mut(y.data_ptr() as *mut half::bf16, n),
             ),
-            Kind::Float => super::cpu_norm::rms_norm(
+            Kind::Float => super::cpu_small::norm::rms_norm(
                 std::slice::from_raw_parts(x.data_ptr() as *const f32, n),
                 std::slice::from_raw_parts(weight.data_ptr() as *const f32, dim),
                 eps as f32,
@@ -646,6 +719,11 @@ impl Tensor for TchTensor {
         causal: bool,
         scale: f64,
     ) -> Self {
+        if bias.is_none() && !causal {
+            if let Some(out) = cpu_attention(&q.0, &k.0, &v.0, scale) {
+                return Self::wrap(out);
+            }
+        }
         let gqa = q.0.size()[1] != k.0.size()[1];
         let out = tch::Tensor::scaled_dot_product_attention(
             &q.0,
@@ -791,6 +869,47 @@ impl Tensor for TchTensor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Attention over a few tokens against libtorch's SDPA, grouped queries and transposed
+    /// (strided) inputs as the flow head passes them: within a rounding or two of the result.
+    #[test]
+    fn few_token_attention_matches_libtorchs() {
+        tch::manual_seed(11);
+        for kind in [Kind::Float, Kind::BFloat16] {
+            for (queries, keys) in [(3, 3), (1, 3), (2, 5)] {
+                let heads = |n: i64, tokens: i64| {
+                    tch::Tensor::randn([8, tokens, n, 64], (kind, Device::Cpu)).transpose(1, 2)
+                };
+                let (q, k, v) = (heads(8, queries), heads(2, keys), heads(2, keys));
+                let fast = cpu_attention(&q, &k, &v, 0.125).expect("a few CPU tokens");
+                let slow = tch::Tensor::scaled_dot_product_attention(
+                    &q,
+                    &k,
+                    &v,
+                    None::<&tch::Tensor>,
+                    0.0,
+                    false,
+                    0.125,
+                    true,
+                );
+                assert_eq!(fast.size(), slow.size());
+                let values = |t: &tch::Tensor| {
+                    Vec::<f32>::try_from(t.to_kind(Kind::Float).flatten(0, -1)).unwrap()
+                };
+                let ulp = if kind == Kind::Float {
+                    1e-6
+                } else {
+                    1.0 / 128.0
+                };
+                for (f, s) in values(&fast).iter().zip(&values(&slow)) {
+                    assert!(
+                        (f - s).abs() <= 2.0 * ulp * s.abs().max(0.25),
+                        "{kind:?}, {queries} queries, {keys} keys: {f} against {s}"
+                    );
+                }
+            }
+        }
+    }
 
     /// The one-pass RMSNorm against libtorch's operations, on a decode step's rows: f32 within
     /// a few roundings (the sums of squares are added in another order), bf16 within one
