@@ -107,7 +107,9 @@ fn cpu_attention(
     v: &tch::Tensor,
     scale: f64,
 ) -> Option<tch::Tensor> {
+    use super::cpu_gemv::Element;
     use super::cpu_small::attention::{attention, Strided, MAX_KEYS};
+    use half::bf16;
 
     let kind = q.kind();
     let fits = |t: &tch::Tensor| {
@@ -131,40 +133,27 @@ fn cpu_attention(
     if !plain {
         return None;
     }
-    let strided = |t: &tch::Tensor| {
-        let (size, stride) = (t.size(), t.stride());
-        (
-            t.data_ptr(),
-            [0, 1, 2, 3].map(|i| size[i] as usize),
-            [0, 1, 2].map(|i| stride[i] as usize),
-        )
-    };
-    let [batch, heads, queries, dim] = strided(q).1;
-    let out = tch::Tensor::empty(
-        [batch, queries, heads, dim].map(|n| n as i64),
-        (kind, Device::Cpu),
-    );
-    let n = out.numel();
+    let out = tch::Tensor::empty([qs[0], qs[2], qs[1], qs[3]], (kind, Device::Cpu));
+    /// # Safety
+    /// As `attention`'s, and `out` a contiguous tensor of `E`'s kind not otherwise shared.
+    unsafe fn run<E: Element>([q, k, v]: [&tch::Tensor; 3], scale: f32, out: &tch::Tensor) {
+        let view = |t: &tch::Tensor| {
+            let (size, stride) = (t.size(), t.stride());
+            Strided {
+                values: t.data_ptr() as *const E,
+                shape: [0, 1, 2, 3].map(|i| size[i] as usize),
+                strides: [0, 1, 2].map(|i| stride[i] as usize),
+            }
+        };
+        let y = std::slice::from_raw_parts_mut(out.data_ptr() as *mut E, out.numel());
+        attention(&view(q), &view(k), &view(v), scale, y)
+    }
     // SAFETY: the three are live CPU tensors of `kind` whose shapes and strides were checked
-    // above; `out` is new, contiguous, of `kind` and `n` values, and not shared.
+    // above; `out` is new, contiguous and of `kind`.
     unsafe {
-        macro_rules! run {
-            ($e:ty) => {{
-                let view = |t: &tch::Tensor| {
-                    let (values, shape, strides) = strided(t);
-                    Strided {
-                        values: values as *const $e,
-                        shape,
-                        strides,
-                    }
-                };
-                let y = std::slice::from_raw_parts_mut(out.data_ptr() as *mut $e, n);
-                attention(&view(q), &view(k), &view(v), scale as f32, y)
-            }};
-        }
         match kind {
-            Kind::BFloat16 => run!(half::bf16),
-            _ => run!(f32),
+            Kind::BFloat16 => run::<bf16>([q, k, v], scale as f32, &out),
+            _ => run::<f32>([q, k, v], scale as f32, &out),
         }
     }
     Some(out.transpose(1, 2))
@@ -185,9 +174,13 @@ const CPU_RMS_NORM_MAX_VALUES: i64 = 1 << 18;
 /// RMSNorm in one pass (`cpu_small::norm`) for a CPU tensor of a few rows with a weight of its
 /// kind, bf16 or f32; `None` for the rest, which libtorch normalises.
 fn cpu_rms_norm(x: &tch::Tensor, weight: &tch::Tensor, eps: f64) -> Option<tch::Tensor> {
+    use super::cpu_gemv::Element;
+    use half::bf16;
+
     let kind = x.kind();
     let dim = *weight.size().first()?;
-    let plain = dim > 0
+    let plain = matches!(kind, Kind::BFloat16 | Kind::Float)
+        && dim > 0
         && x.device() == Device::Cpu
         && weight.device() == Device::Cpu
         && weight.kind() == kind
@@ -199,24 +192,21 @@ fn cpu_rms_norm(x: &tch::Tensor, weight: &tch::Tensor, eps: f64) -> Option<tch::
     }
     let (x, weight) = (x.contiguous(), weight.contiguous());
     let y = tch::Tensor::empty(x.size(), (kind, Device::Cpu));
-    let (n, dim) = (x.numel(), dim as usize);
-    // SAFETY: `x`, `weight` and the new `y` are contiguous CPU tensors of `kind` holding `n`,
-    // `dim` and `n` values; `y` is not shared, and `x` and `weight` outlive the call.
+    /// # Safety
+    /// `x`, `weight` and `y` are contiguous CPU tensors of `E`'s kind, `y` not otherwise
+    /// shared and of `x`'s length.
+    unsafe fn run<E: Element>(x: &tch::Tensor, weight: &tch::Tensor, eps: f32, y: &tch::Tensor) {
+        let values =
+            |t: &tch::Tensor| std::slice::from_raw_parts(t.data_ptr() as *const E, t.numel());
+        let y = std::slice::from_raw_parts_mut(y.data_ptr() as *mut E, y.numel());
+        super::cpu_small::norm::rms_norm(values(x), values(weight), eps, y)
+    }
+    // SAFETY: `x`, `weight` and the new `y` are contiguous CPU tensors of `kind`, `y` of `x`'s
+    // shape; `y` is not shared, and `x` and `weight` outlive the call.
     unsafe {
         match kind {
-            Kind::BFloat16 => super::cpu_small::norm::rms_norm(
-                std::slice::from_raw_parts(x.data_ptr() as *const half::bf16, n),
-                std::slice::from_raw_parts(weight.data_ptr() as *const half::bf16, dim),
-                eps as f32,
-                std::slice::from_raw_parts_mut(y.data_ptr() as *mut half::bf16, n),
-            ),
-            Kind::Float => super::cpu_small::norm::rms_norm(
-                std::slice::from_raw_parts(x.data_ptr() as *const f32, n),
-                std::slice::from_raw_parts(weight.data_ptr() as *const f32, dim),
-                eps as f32,
-                std::slice::from_raw_parts_mut(y.data_ptr() as *mut f32, n),
-            ),
-            _ => return None,
+            Kind::BFloat16 => run::<bf16>(&x, &weight, eps as f32, &y),
+            _ => run::<f32>(&x, &weight, eps as f32, &y),
         }
     }
     Some(y)

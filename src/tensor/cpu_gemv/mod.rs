@@ -211,12 +211,23 @@ impl<E: Element> Kernel<E> {
 impl Element for bf16 {
     const ZERO: Self = bf16::ZERO;
 
+    // Both with integer operations, so that loops over them vectorise (the `half` crate's
+    // conversions branch on NaN); the same bits as the crate's (tested).
     fn from_sum(sum: f32) -> Self {
-        bf16::from_f32(sum)
+        let bits = sum.to_bits();
+        let rounded = if sum.is_nan() {
+            (bits >> 16) | 0x40
+        } else {
+            // Adding just under half a unit of the kept bits, plus the kept part's lowest bit,
+            // carries exactly when rounding to nearest even goes up.
+            (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        };
+        bf16::from_bits(rounded as u16)
     }
 
     fn to_f32(self) -> f32 {
-        bf16::to_f32(self)
+        // A bf16 is the top half of an f32.
+        f32::from_bits(u32::from(self.to_bits()) << 16)
     }
 
     fn kernel(variant: Variant) -> Kernel<Self> {

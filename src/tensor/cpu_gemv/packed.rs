@@ -7,7 +7,7 @@
 //! is the same whatever the rows, the threads or the instruction set, so every variant gives
 //! the same bits, and a request's result does not depend on its batch.
 
-use super::{equal_parts, openmp, Variant, PARALLEL_MIN_BYTES};
+use super::{equal_parts, openmp, Element, Variant, PARALLEL_MIN_BYTES};
 use half::bf16;
 use libc::c_void;
 use std::ops::Range;
@@ -117,8 +117,7 @@ pub fn linear_with(
 /// four passes a half panel; `avx512f` and fewer rows unchanged.) With one pass in a row, as
 /// the portable loop takes it, this is `[rows][k]`.
 fn widened(x: &[bf16], rows: usize, k: usize, pass: usize) -> Vec<f32> {
-    // A bf16 is the top half of an f32.
-    let widen = |v: &bf16| f32::from_bits(u32::from(v.to_bits()) << 16);
+    let widen = |v: &bf16| Element::to_f32(*v);
     if rows == 1 || pass == 1 {
         return x.iter().map(widen).collect();
     }

@@ -182,3 +182,35 @@ fn best_is_the_last_supported_variant() {
     let position = Variant::ALL.iter().position(|&v| v == best).unwrap();
     assert!(Variant::ALL[position + 1..].iter().all(|v| !v.supported()));
 }
+
+/// bf16's integer conversions give the `half` crate's bits, ties and infinities included.
+#[test]
+fn bf16_conversions_match_the_half_crates() {
+    let specials = [
+        0.0f32,
+        -0.0,
+        1.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::MAX,
+        f32::MIN_POSITIVE,
+        1e-40,
+    ];
+    let ties = (0..64u32).map(|i| f32::from_bits(0x3F80_8000 + (i << 16)));
+    let spread = (0..100_000u32).map(|i| f32::from_bits(i.wrapping_mul(2_654_435_761)));
+    for value in specials
+        .into_iter()
+        .chain(ties)
+        .chain(spread)
+        .filter(|v| !v.is_nan())
+    {
+        assert_eq!(
+            <bf16 as Element>::from_sum(value).to_bits(),
+            bf16::from_f32(value).to_bits(),
+            "{value:e}"
+        );
+        let b = bf16::from_f32(value);
+        assert_eq!(Element::to_f32(b).to_bits(), b.to_f32().to_bits());
+    }
+    assert!(<bf16 as Element>::from_sum(f32::NAN).is_nan());
+}

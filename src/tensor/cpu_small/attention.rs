@@ -4,7 +4,8 @@
 //! rounded to the inputs' type before they multiply the values (as its reduced-precision
 //! path does), and the weighted sum times the reciprocal of the probabilities' sum, rounded once.
 
-use super::{dot, Value};
+use super::dot;
+use crate::tensor::cpu_gemv::Element;
 
 /// Most keys a call takes: the probabilities live on the stack.
 pub const MAX_KEYS: usize = 8;
@@ -18,7 +19,7 @@ pub struct Strided<E> {
     pub strides: [usize; 3],
 }
 
-impl<E: Value> Strided<E> {
+impl<E: Element> Strided<E> {
     /// The `dim` values of one token.
     ///
     /// # Safety
@@ -39,7 +40,7 @@ impl<E: Value> Strided<E> {
 /// # Safety
 /// The three describe live tensors; `k` and `v` have the same shape, with `batch` and `dim`
 /// those of `q`, at most [`MAX_KEYS`] keys, and a number of heads dividing `q`'s.
-pub unsafe fn attention<E: Value>(
+pub unsafe fn attention<E: Element>(
     q: &Strided<E>,
     k: &Strided<E>,
     v: &Strided<E>,
@@ -68,15 +69,15 @@ pub unsafe fn attention<E: Value>(
                 for (j, score) in scores[..keys].iter().enumerate() {
                     let probability = (score - max).exp();
                     total += probability;
-                    let weight = E::narrow(probability).widen();
+                    let weight = E::from_sum(probability).to_f32();
                     for (sum, value) in sums.iter_mut().zip(v.row(b, h / group, j)) {
-                        *sum += weight * value.widen();
+                        *sum += weight * value.to_f32();
                     }
                 }
                 let reciprocal = 1.0 / total;
                 let row = &mut out[((b * queries + i) * heads + h) * dim..][..dim];
                 for (o, sum) in row.iter_mut().zip(&sums) {
-                    *o = E::narrow(sum * reciprocal);
+                    *o = E::from_sum(sum * reciprocal);
                 }
             }
         }

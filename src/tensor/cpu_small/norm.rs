@@ -1,15 +1,16 @@
 //! RMSNorm of a few rows in one pass, where libtorch takes eight operations (widen, square,
-//! mean, add, rsqrt, multiply, round, multiply by the weight). The arithmetic is the reference's: the mean of squares in f32, its
-//! reciprocal square root, the normalised value rounded to the input's type, then times the
-//! weight in f32 and rounded again.
+//! mean, add, rsqrt, multiply, round, multiply by the weight). The arithmetic is the
+//! reference's: the mean of squares in f32, its reciprocal square root, the normalised value
+//! rounded to the input's type, then times the weight in f32 and rounded again.
 
-use super::{dot, Value};
+use super::dot;
+use crate::tensor::cpu_gemv::Element;
 
 /// `y = x / sqrt(mean(x², last axis) + eps) * weight` over rows of `weight.len()` values.
 ///
 /// # Panics
 /// When `x` is not whole rows, or `y` is not `x`'s length.
-pub fn rms_norm<E: Value>(x: &[E], weight: &[E], eps: f32, y: &mut [E]) {
+pub fn rms_norm<E: Element>(x: &[E], weight: &[E], eps: f32, y: &mut [E]) {
     let dim = weight.len();
     assert!(
         dim > 0 && x.len().is_multiple_of(dim) && y.len() == x.len(),
@@ -20,8 +21,8 @@ pub fn rms_norm<E: Value>(x: &[E], weight: &[E], eps: f32, y: &mut [E]) {
         let mean = dot(row, row) / dim as f32;
         let inverse = 1.0 / (mean + eps).sqrt();
         for ((o, v), w) in out.iter_mut().zip(row).zip(weight) {
-            let normed = E::narrow(v.widen() * inverse);
-            *o = E::narrow(normed.widen() * w.widen());
+            let normed = E::from_sum(v.to_f32() * inverse);
+            *o = E::from_sum(normed.to_f32() * w.to_f32());
         }
     }
 }
