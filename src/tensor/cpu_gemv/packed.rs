@@ -240,6 +240,18 @@ mod x86 {
         }
     }
 
+    /// The fetches of step `kk`: the weights' line [`PREFETCH_LINES`] on into L1 (past the
+    /// panel's end, the next one's first lines: a prefetch never faults), and with `FETCH`,
+    /// `next`'s line `kk` into L2. Without a test in the loop, the compiler keeps the loop to
+    /// the step, these and one count.
+    #[inline(always)]
+    unsafe fn fetch_ahead<const FETCH: bool>(w: *const bf16, next: *const bf16, kk: usize) {
+        _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add((kk + PREFETCH_LINES) * PANEL).cast());
+        if FETCH {
+            _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add(kk * PANEL).cast());
+        }
+    }
+
     /// One panel, in passes of at most 12 rows. The first pass reads the weights from memory
     /// and the later ones from L2, so the later passes fetch `next` (this thread's next panel)
     /// into L2, a line per step: memory stays busy while they multiply, and the next first
@@ -257,8 +269,11 @@ mod x86 {
             let fetch = if pass > 0 { next } else { None };
             macro_rules! tile {
                 ($($n:literal)*) => {
-                    match rows.len() {
-                        $($n => tile_avx512::<$n>(job, w, fetch, r, y),)*
+                    match (rows.len(), fetch) {
+                        $(
+                            ($n, Some(next)) => tile_avx512::<$n, true>(job, w, next, r, y),
+                            ($n, None) => tile_avx512::<$n, false>(job, w, w, r, y),
+                        )*
                         _ => unreachable!("1 to {ROWS_512} rows"),
                     }
                 };
@@ -268,22 +283,17 @@ mod x86 {
     }
 
     #[inline(always)]
-    unsafe fn tile_avx512<const R: usize>(
+    unsafe fn tile_avx512<const R: usize, const FETCH: bool>(
         job: &Job,
         w: *const bf16,
-        next: Option<*const bf16>,
+        next: *const bf16,
         r0: usize,
         y: *mut bf16,
     ) {
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
         let high = _mm512_set1_epi32(0xFFFF_0000_u32 as i32);
         for kk in 0..job.k {
-            if kk + PREFETCH_LINES < job.k {
-                _mm_prefetch::<_MM_HINT_T0>(w.add((kk + PREFETCH_LINES) * PANEL).cast());
-            }
-            if let Some(next) = next {
-                _mm_prefetch::<_MM_HINT_T1>(next.add(kk * PANEL).cast());
-            }
+            fetch_ahead::<FETCH>(w, next, kk);
             let line = _mm512_loadu_si512(w.add(kk * PANEL).cast());
             let first = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(line));
             let second = _mm512_castsi512_ps(_mm512_and_si512(line, high));
@@ -319,8 +329,11 @@ mod x86 {
                 let fetch = if half + pass > 0 { next } else { None };
                 macro_rules! tile {
                     ($($n:literal)*) => {
-                        match rows.len() {
-                            $($n => tile_avx2::<$n>(job, w, fetch, half, r, y),)*
+                        match (rows.len(), fetch) {
+                            $(
+                                ($n, Some(next)) => tile_avx2::<$n, true>(job, w, next, half, r, y),
+                                ($n, None) => tile_avx2::<$n, false>(job, w, w, half, r, y),
+                            )*
                             _ => unreachable!("1 to {ROWS_256} rows"),
                         }
                     };
@@ -331,10 +344,10 @@ mod x86 {
     }
 
     #[inline(always)]
-    unsafe fn tile_avx2<const R: usize>(
+    unsafe fn tile_avx2<const R: usize, const FETCH: bool>(
         job: &Job,
         w: *const bf16,
-        next: Option<*const bf16>,
+        next: *const bf16,
         half: usize,
         r0: usize,
         y: *mut bf16,
@@ -342,12 +355,7 @@ mod x86 {
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
         let high = _mm256_set1_epi32(0xFFFF_0000_u32 as i32);
         for kk in 0..job.k {
-            if kk + PREFETCH_LINES < job.k {
-                _mm_prefetch::<_MM_HINT_T0>(w.add((kk + PREFETCH_LINES) * PANEL).cast());
-            }
-            if let Some(next) = next {
-                _mm_prefetch::<_MM_HINT_T1>(next.add(kk * PANEL).cast());
-            }
+            fetch_ahead::<FETCH>(w, next, kk);
             let line = _mm256_loadu_si256(w.add(kk * PANEL + half * PANEL / 2).cast());
             let first = _mm256_castsi256_ps(_mm256_slli_epi32::<16>(line));
             let second = _mm256_castsi256_ps(_mm256_and_si256(line, high));
