@@ -183,7 +183,9 @@ fn make_test_model_is_deterministic_per_seed() {
 }
 
 /// `bench` says which kernel variant runs and what the CPU's FMA peak is, and reports the
-/// arithmetic rate of prefill and of batched steps against it.
+/// arithmetic rate of prefill and of batched steps against it, the step's products by their
+/// rows per weight read too (the tiny model's: one stream's backbone rows, and 2 streams' 12
+/// flow-head rows).
 #[test]
 fn bench_names_the_kernel_variant_and_measures_the_fma_peak() {
     let out = run_ok(cli().args([
@@ -209,6 +211,15 @@ fn bench_names_the_kernel_variant_and_measures_the_fma_peak() {
         assert!(line("peak").contains("GFLOP/s f32 FMA"), "{out}");
         assert!(line("prefill").contains("of the f32 FMA peak"), "{out}");
         assert!(line("batch   2").contains("of the f32 FMA peak"), "{out}");
+        let by_rows: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("  products by rows per weight read: "))
+            .collect();
+        assert_eq!(by_rows.len(), 2, "one per batch size:\n{out}");
+        assert!(
+            by_rows[0].contains(" 1 row ") && by_rows[1].contains(" 9-24 rows "),
+            "{out}"
+        );
     }
 }
 

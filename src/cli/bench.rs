@@ -8,8 +8,8 @@ use crate::models::voxtral_tts::params::Config;
 use crate::models::voxtral_tts::{Generation, Noise, StageTimes, SynthesisRequest, Voxtral};
 use crate::models::{detect_family, Family};
 use crate::tensor::cpu_gemv::{peak_f32_flops, Variant};
-use crate::tensor::linear_multiply_adds;
 use crate::tensor::tch_backend::TchTensor;
+use crate::tensor::{linear_multiply_adds, timed_products, ROW_CLASSES};
 use crate::tensor::{DType, Tensor};
 use crate::testmodel::{cached_test_model, Preset};
 use anyhow::{Context, Result};
@@ -266,6 +266,35 @@ fn arithmetic_rate(multiply_adds: u64, time: Duration, peak: Option<f64>) -> Str
     format!("; products at {:.1} GFLOP/s{share}", rate / 1e9)
 }
 
+/// Each class of rows' share of the step, `"2-4 rows 13.3 ms/step, 71.4 GFLOP/s (29%); ..."`,
+/// between two [`timed_products`] tallies, on the CPU (where the peak is known) only. A weight
+/// read for 24 rows is compute-bound where one read for 4 is bound by the reading: the classes
+/// show which the step's time goes to.
+fn products_by_rows(
+    before: &[(u64, Duration)],
+    after: &[(u64, Duration)],
+    steps: usize,
+    peak: Option<f64>,
+) -> Option<String> {
+    let peak = peak?;
+    let classes: Vec<String> = ROW_CLASSES
+        .iter()
+        .zip(before.iter().zip(after))
+        .filter(|(_, ((_, a), (_, b)))| b > a)
+        .map(|((_, label), ((m0, t0), (m1, t1)))| {
+            let time = *t1 - *t0;
+            let rate = 2.0 * (m1 - m0) as f64 / time.as_secs_f64();
+            format!(
+                "{label} {:.1} ms/step, {:.1} GFLOP/s ({:.0}%)",
+                ms(time) / steps.max(1) as f64,
+                rate / 1e9,
+                100.0 * rate / peak
+            )
+        })
+        .collect();
+    (!classes.is_empty()).then(|| classes.join("; "))
+}
+
 /// Decode steps of `--batch` streams together, as the server's batcher runs them: frames/s
 /// of the engine alone and its ratio to one stream.
 fn batch_steps<T: Tensor>(
@@ -288,6 +317,7 @@ fn batch_steps<T: Tensor>(
         let warm = running[0].times();
         let warm_frames: usize = running.iter().map(|g| g.frames().len()).sum();
         let (started, before) = (Instant::now(), linear_multiply_adds());
+        let products_before = timed_products();
         let mut steps = 0;
         while running.iter().any(|g| g.stop_reason().is_none()) {
             Generation::step_batch(&mut running.iter_mut().collect::<Vec<_>>());
@@ -295,6 +325,7 @@ fn batch_steps<T: Tensor>(
         }
         let generated = started.elapsed();
         let rate = arithmetic_rate(linear_multiply_adds() - before, generated, peak);
+        let by_rows = products_by_rows(&products_before, &timed_products(), steps, peak);
         // Each stream's audio decoded once, as for a file response: one stream at a time,
         // then all in one codec pass (what the server's step does on an accelerator); each
         // way once untimed first.
@@ -344,6 +375,9 @@ fn batch_steps<T: Tensor>(
             // The flow head's rows grow with the batch: the part that batching makes
             // compute-bound, measured over its whole time (norms and attention included).
             println!("  flow head alone{flow_head_rate}");
+        }
+        if let Some(by_rows) = by_rows {
+            println!("  products by rows per weight read: {by_rows}");
         }
         println!(
             "  codec per step, each stream decoded once: {:.1} ms one stream at a time, {:.1} ms all in one pass (max |diff| {codec_diff:.1e})",

@@ -97,6 +97,15 @@ fn packed_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
     Some(unsafe { cpu_product(x, w, out, Kind::BFloat16, packed::linear) })
 }
 
+/// `x · wᵀ` on the CPU: a packed weight's kernel, the few-row kernel, widened bf16, or
+/// libtorch's product, the first that takes it.
+fn cpu_linear(x: &tch::Tensor, w: &tch::Tensor) -> tch::Tensor {
+    packed_linear(x, w)
+        .or_else(|| few_rows_linear(x, w))
+        .or_else(|| widens_bf16_gemm().then(|| widened_linear(x, w)).flatten())
+        .unwrap_or_else(|| x.linear::<tch::Tensor>(w, None))
+}
+
 /// Attention without mask over a few tokens on the CPU (`cpu_small::attention`), bf16 or f32,
 /// `[batch, heads, tokens, dim]` with `dim` contiguous; `None` for the rest, which go to
 /// libtorch's SDPA. The result is `[batch, tokens, heads, dim]` in memory, returned transposed,
@@ -612,18 +621,15 @@ impl Tensor for TchTensor {
             .unwrap_or(0);
         let multiply_adds = self.0.numel() as u64 * out.max(0) as u64;
         super::count_multiply_adds(multiply_adds);
-        if let Some(y) = packed_linear(&self.0, &weight.0) {
-            return Self::wrap(y);
+        if self.0.device() != Device::Cpu {
+            return Self::wrap(self.0.linear::<tch::Tensor>(&weight.0, None));
         }
-        if let Some(y) = few_rows_linear(&self.0, &weight.0) {
-            return Self::wrap(y);
-        }
-        if widens_bf16_gemm() {
-            if let Some(y) = widened_linear(&self.0, &weight.0) {
-                return Self::wrap(y);
-            }
-        }
-        Self::wrap(self.0.linear::<tch::Tensor>(&weight.0, None))
+        let started = std::time::Instant::now();
+        let y = cpu_linear(&self.0, &weight.0);
+        let k = self.0.size().last().map_or(1, |&k| k.max(1));
+        let rows = (self.0.numel() as i64 / k) as usize;
+        super::count_timed_product(rows, multiply_adds, started.elapsed());
+        Self::wrap(y)
     }
 
     fn linear_rows(&self, weight: &Self, start: usize, len: usize) -> Self {
