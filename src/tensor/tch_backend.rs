@@ -106,31 +106,69 @@ fn cpu_linear(x: &tch::Tensor, w: &tch::Tensor) -> tch::Tensor {
         .unwrap_or_else(|| x.linear::<tch::Tensor>(w, None))
 }
 
-/// Attention without mask over a few tokens on the CPU (`cpu_small::attention`), bf16 or f32,
-/// `[batch, heads, tokens, dim]` with `dim` contiguous; `None` for the rest, which go to
-/// libtorch's SDPA. The result is `[batch, tokens, heads, dim]` in memory, returned transposed,
-/// so that merging the heads back is a view.
+/// Whether libtorch's attention of one query over many keys is slower than `cpu_small`'s loop:
+/// where it runs its AVX2 build, as it chooses (x86-64 without AVX-512 F, BW, VL and DQ, or
+/// `ATEN_CPU_CAPABILITY` asking for less). Its AVX2 build is 1.7 to 1.9 times slower than the
+/// loop on one thread, its AVX-512 build 3 to 6 times faster (bf16, 170 to 2000 keys,
+/// docs/performance.md); on other architectures it was not measured, so libtorch keeps them.
+fn libtorch_attention_is_slower() -> bool {
+    static SLOWER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SLOWER.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx512 = std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+                && std::arch::is_x86_feature_detected!("avx512dq");
+            let capped = std::env::var("ATEN_CPU_CAPABILITY")
+                .is_ok_and(|c| matches!(c.to_lowercase().as_str(), "avx2" | "default"));
+            !avx512 || capped
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    })
+}
+
+/// Attention without mask of a few queries on the CPU, in one pass where that is faster than
+/// libtorch's SDPA: over a few keys (the flow head's three tokens), and over a decode step's
+/// keys where [`libtorch_attention_is_slower`]. `None` for the rest.
 fn cpu_attention(
     q: &tch::Tensor,
     k: &tch::Tensor,
     v: &tch::Tensor,
     scale: f64,
 ) -> Option<tch::Tensor> {
+    use super::cpu_small::attention::FEW_KEYS;
+    let few_keys = k.size().get(2).is_some_and(|&n| n as usize <= FEW_KEYS);
+    if few_keys || libtorch_attention_is_slower() {
+        one_pass_attention(q, k, v, scale)
+    } else {
+        None
+    }
+}
+
+/// Attention without mask of a few queries on the CPU (`cpu_small::attention`), bf16 or f32,
+/// `[batch, heads, tokens, dim]` with `dim` contiguous; `None` for the rest (a prompt's many
+/// queries, other types), which go to libtorch's SDPA. The result is `[batch, tokens, heads,
+/// dim]` in memory, returned transposed, so that merging the heads back is a view.
+fn one_pass_attention(
+    q: &tch::Tensor,
+    k: &tch::Tensor,
+    v: &tch::Tensor,
+    scale: f64,
+) -> Option<tch::Tensor> {
     use super::cpu_gemv::Element;
-    use super::cpu_small::attention::{attention, Strided, MAX_KEYS};
+    use super::cpu_small::attention::{attention, Strided, MAX_QUERIES};
     use half::bf16;
 
     let kind = q.kind();
     let fits = |t: &tch::Tensor| {
-        t.device() == Device::Cpu
-            && t.kind() == kind
-            && t.dim() == 4
-            && t.stride()[3] == 1
-            && t.size()[2] as usize <= MAX_KEYS
+        t.device() == Device::Cpu && t.kind() == kind && t.dim() == 4 && t.stride()[3] == 1
     };
     let (qs, ks) = (q.size(), k.size());
     let plain = matches!(kind, Kind::BFloat16 | Kind::Float)
         && fits(q)
+        && qs[2] as usize <= MAX_QUERIES
         && fits(k)
         && fits(v)
         && v.size() == ks
@@ -884,17 +922,18 @@ mod tests {
             .to_kind(kind)
     }
 
-    /// Attention over a few tokens against libtorch's SDPA, grouped queries and transposed
-    /// (strided) inputs as the flow head passes them: within a rounding or two of the result.
+    /// The one-pass attention against libtorch's SDPA, grouped queries and transposed
+    /// (strided) inputs as the flow head passes them, and one query over hundreds of keys as a
+    /// decode step's (past 512, in two blocks): within a rounding or two of the result.
     #[test]
-    fn few_token_attention_matches_libtorchs() {
+    fn one_pass_attention_matches_libtorchs() {
         for kind in [Kind::Float, Kind::BFloat16] {
-            for (queries, keys) in [(3, 3), (1, 3), (2, 5)] {
+            for (queries, keys) in [(3, 3), (1, 3), (2, 5), (1, 300), (1, 1100)] {
                 let heads = |n: i64, tokens: i64, seed: u64| {
                     seeded(&[8, tokens, n, 64], seed, kind).transpose(1, 2)
                 };
                 let (q, k, v) = (heads(8, queries, 1), heads(2, keys, 2), heads(2, keys, 3));
-                let fast = cpu_attention(&q, &k, &v, 0.125).expect("a few CPU tokens");
+                let fast = one_pass_attention(&q, &k, &v, 0.125).expect("a few CPU queries");
                 let slow = tch::Tensor::scaled_dot_product_attention(
                     &q,
                     &k,

@@ -1,14 +1,24 @@
-//! Attention over a few tokens (the flow head's three), where libtorch's flash kernel spends
-//! ~55 µs a call on setup around a few thousand multiply-adds. The arithmetic follows that
-//! kernel's: scores in f32 times the scale, probabilities `exp(score - max)` summed in f32,
-//! rounded to the inputs' type before they multiply the values (as its reduced-precision
-//! path does), and the weighted sum times the reciprocal of the probabilities' sum, rounded once.
+//! Attention of a few queries (the flow head's three tokens, a decode step's one per stream),
+//! where libtorch's flash kernel spends ~55 µs a call on setup and threads around a few
+//! thousand multiply-adds. The arithmetic follows that kernel's: scores in f32 times the
+//! scale, probabilities `exp(score - max)` summed in f32, rounded to the inputs' type before
+//! they multiply the values (as its reduced-precision path does); keys in blocks of
+//! [`KEY_BLOCK`], the sums so far rescaled when a block raises the maximum; the weighted sum
+//! times the reciprocal of the probabilities' sum, rounded once.
 
 use super::dot;
 use crate::tensor::cpu_gemv::Element;
 
-/// Most keys a call takes: the probabilities live on the stack.
-pub const MAX_KEYS: usize = 8;
+/// Most queries a call takes: more are a prompt's, for libtorch's kernel and its threads.
+pub const MAX_QUERIES: usize = 8;
+
+/// Keys up to which this loop is faster than libtorch's kernel whatever its build: the flow
+/// head's three. Beyond, one thread here is slower than libtorch's AVX-512 kernel and faster
+/// than its AVX2 one (`tch_backend::cpu_attention`).
+pub const FEW_KEYS: usize = 8;
+
+/// Keys per block, as libtorch's flash kernel splits them from 512 keys on.
+pub const KEY_BLOCK: usize = 512;
 
 /// A `[batch, heads, tokens, dim]` tensor's values with `dim` contiguous: the strides of the
 /// first three axes, in values.
@@ -39,7 +49,7 @@ impl<E: Element> Strided<E> {
 ///
 /// # Safety
 /// The three describe live tensors; `k` and `v` have the same shape, with `batch` and `dim`
-/// those of `q`, at most [`MAX_KEYS`] keys, and a number of heads dividing `q`'s.
+/// those of `q`, at least one key, and a number of heads dividing `q`'s.
 pub unsafe fn attention<E: Element>(
     q: &Strided<E>,
     k: &Strided<E>,
@@ -49,30 +59,39 @@ pub unsafe fn attention<E: Element>(
 ) {
     let [batch, heads, queries, dim] = q.shape;
     let (kv_heads, keys) = (k.shape[1], k.shape[2]);
-    assert!(keys <= MAX_KEYS && out.len() == batch * queries * heads * dim);
+    assert!(keys > 0 && out.len() == batch * queries * heads * dim);
     let group = heads / kv_heads;
     let mut sums = vec![0.0f32; dim];
+    let mut scores = vec![0.0f32; keys.min(KEY_BLOCK)];
     for b in 0..batch {
         for h in 0..heads {
+            let (keys_of, values_of) = (|j| k.row(b, h / group, j), |j| v.row(b, h / group, j));
             for i in 0..queries {
                 let query = q.row(b, h, i);
-                let mut scores = [0.0f32; MAX_KEYS];
-                for (j, score) in scores[..keys].iter_mut().enumerate() {
-                    *score = dot(query, k.row(b, h / group, j)) * scale;
-                }
-                let max = scores[..keys]
-                    .iter()
-                    .copied()
-                    .fold(f32::NEG_INFINITY, f32::max);
-                let mut total = 0.0f32;
+                let (mut max, mut total) = (f32::NEG_INFINITY, 0.0f32);
                 sums.fill(0.0);
-                for (j, score) in scores[..keys].iter().enumerate() {
-                    let probability = (score - max).exp();
-                    total += probability;
-                    let weight = E::from_sum(probability).to_f32();
-                    for (sum, value) in sums.iter_mut().zip(v.row(b, h / group, j)) {
-                        *sum += weight * value.to_f32();
+                for first in (0..keys).step_by(KEY_BLOCK) {
+                    let block = &mut scores[..(keys - first).min(KEY_BLOCK)];
+                    for (j, score) in block.iter_mut().enumerate() {
+                        *score = dot(query, keys_of(first + j)) * scale;
                     }
+                    let block_max = block.iter().copied().fold(max, f32::max);
+                    if first > 0 && block_max > max {
+                        let factor = (max - block_max).exp();
+                        total *= factor;
+                        sums.iter_mut().for_each(|sum| *sum *= factor);
+                    }
+                    max = block_max;
+                    let mut block_total = 0.0f32;
+                    for (j, score) in block.iter().enumerate() {
+                        let probability = (score - max).exp();
+                        block_total += probability;
+                        let weight = E::from_sum(probability).to_f32();
+                        for (sum, value) in sums.iter_mut().zip(values_of(first + j)) {
+                            *sum += weight * value.to_f32();
+                        }
+                    }
+                    total += block_total;
                 }
                 let reciprocal = 1.0 / total;
                 let row = &mut out[((b * queries + i) * heads + h) * dim..][..dim];
