@@ -437,7 +437,8 @@ fn leading_equal(a: &[Vec<u32>], b: &[Vec<u32>]) -> usize {
 
 /// Weight bytes one frame must read: each backbone layer once; each flow-head layer once per
 /// Euler step (the two guidance rows share the read), its output projection per step, and the
-/// f32 semantic head once.
+/// semantic head once (as stored: its products are in f32, but a CPU kernel widens bf16
+/// weights as it reads them).
 fn weight_bytes_per_frame(cfg: &Config, dtype: DType) -> (f64, f64) {
     let size = match dtype {
         DType::BF16 => 2.0,
@@ -455,7 +456,7 @@ fn weight_bytes_per_frame(cfg: &Config, dtype: DType) -> (f64, f64) {
         + (2 * f.dim * cfg.audio_model().n_acoustic_codebook) as f64;
     let flow = cfg.euler_steps as f64 * per_step * size
         + (f.dim * f.input_dim) as f64 * size
-        + (cfg.semantic_head_rows * f.dim) as f64 * 4.0;
+        + (cfg.semantic_head_rows * f.dim) as f64 * size;
     (backbone, flow)
 }
 

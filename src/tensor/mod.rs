@@ -23,6 +23,9 @@ pub enum Products {
     FewRows,
     /// Those, and many rows at once too: a backbone's steps and its prompt.
     AlsoManyRows,
+    /// A few f32 rows at a time by a bf16 weight (the semantic head's): packed, it is read at
+    /// half the bytes of its f32 copy.
+    FloatRows,
 }
 
 static LINEAR_MULTIPLY_ADDS: AtomicU64 = AtomicU64::new(0);
@@ -229,7 +232,8 @@ pub trait Tensor: Clone + Sized + 'static {
     /// fused weight's) in the form `linear` multiplies fastest when only a few rows come at a
     /// time, many times over (a decode step's), for a weight used by `linear` and
     /// `linear_rows` alone; `None` where the backend has no such form for it, or where, for
-    /// [`Products::AlsoManyRows`], its products of many rows would be slower packed.
+    /// [`Products::AlsoManyRows`], its products of many rows would be slower packed. A packed
+    /// bf16 weight multiplies f32 rows too, into f32: the product of the weight widened to f32.
     fn pack_for_few_rows(_parts: &[&Self], _products: Products) -> Option<Self> {
         None
     }

@@ -81,20 +81,31 @@ fn packed_outputs(w: &tch::Tensor) -> Option<i64> {
 }
 
 /// `x @ w.T` for a weight packed by [`cpu_gemv::packed`], or `None` for any other weight.
+/// bf16 rows give bf16, f32 rows f32 (the product with the weight widened to f32).
 fn packed_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
     use super::cpu_gemv::packed;
+    use half::bf16;
 
     let out = packed_outputs(w)? as usize;
     let k = w.size()[1];
+    let kind = x.kind();
     assert!(
-        x.device() == Device::Cpu && x.kind() == Kind::BFloat16 && x.size().last() == Some(&k),
-        "a packed weight multiplies bf16 rows of {k} values on the CPU, not {:?} {:?} on {:?}",
-        x.kind(),
+        x.device() == Device::Cpu
+            && matches!(kind, Kind::BFloat16 | Kind::Float)
+            && x.size().last() == Some(&k),
+        "a packed weight multiplies bf16 or f32 rows of {k} values on the CPU, not {:?} {:?} on {:?}",
+        kind,
         x.size(),
         x.device()
     );
-    // SAFETY: `pack_for_few_rows` made `w` a contiguous bf16 CPU tensor of `out * k` values.
-    Some(unsafe { cpu_product(x, w, out, Kind::BFloat16, packed::linear) })
+    // SAFETY: `pack_for_few_rows` made `w` a contiguous bf16 CPU tensor of `out * k` values,
+    // and `x` is a CPU tensor of `kind`.
+    Some(unsafe {
+        match kind {
+            Kind::BFloat16 => cpu_product(x, w, out, kind, packed::linear::<bf16, bf16>),
+            _ => cpu_product(x, w, out, kind, packed::linear::<f32, f32>),
+        }
+    })
 }
 
 /// `x · wᵀ` on the CPU: a packed weight's kernel, the few-row kernel, widened bf16, or
@@ -266,12 +277,12 @@ fn cpu_rms_norm(x: &tch::Tensor, weight: &tch::Tensor, eps: f64) -> Option<tch::
 /// # Safety
 /// `w` is a contiguous CPU tensor of `E`'s kind (`kind`) holding `out * k` values, and `x` is a
 /// CPU tensor of that kind.
-unsafe fn cpu_product<E: Copy>(
+unsafe fn cpu_product<E: Copy, W: Copy>(
     x: &tch::Tensor,
     w: &tch::Tensor,
     out: usize,
     kind: Kind,
-    kernel: fn(&[E], &[E], usize, &mut [E], usize),
+    kernel: fn(&[E], &[W], usize, &mut [E], usize),
 ) -> tch::Tensor {
     let x = x.contiguous();
     let mut shape = x.size();
@@ -282,7 +293,7 @@ unsafe fn cpu_product<E: Copy>(
     // `x` and `y` are contiguous CPU tensors of exactly these lengths, `y` is new and not
     // shared, and `x` and `w` outlive the call.
     let x = std::slice::from_raw_parts(x.data_ptr() as *const E, rows * k);
-    let w = std::slice::from_raw_parts(w.data_ptr() as *const E, out * k);
+    let w = std::slice::from_raw_parts(w.data_ptr() as *const W, out * k);
     let y_values = std::slice::from_raw_parts_mut(y.data_ptr() as *mut E, rows * out);
     let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
     kernel(x, w, k, y_values, threads);
@@ -688,15 +699,19 @@ impl Tensor for TchTensor {
 
     /// On the CPU, a bf16 weight of whole panels is packed for [`cpu_gemv::packed`], whose
     /// products of a few dozen rows run nearer the FMA peak than the few-row kernel's
-    /// (docs/performance.md); with the `amx` kernel, elsewhere, or in f32, nothing.
+    /// (docs/performance.md), and f32 rows read it at half an f32 copy's bytes; with the `amx`
+    /// kernel (except for f32 rows), elsewhere, or for an f32 weight, nothing.
     fn pack_for_few_rows(parts: &[&Self], products: Products) -> Option<Self> {
         use super::cpu_gemv::Variant;
         // With AVX512-BF16 libtorch's bf16 GEMM of a prompt outruns the packed kernel (AMX);
         // elsewhere bf16 GEMMs are widened, and the packed kernel outruns those too. The AMX
         // variant reads weights as stored, faster than the packed kernel at any row count.
-        let packs = match Variant::active() {
-            Variant::Amx => false,
-            _ => products == Products::FewRows || widens_bf16_gemm(),
+        let packs = match (products, Variant::active()) {
+            // No other kernel multiplies f32 rows by bf16 weights.
+            (Products::FloatRows, _) => true,
+            (_, Variant::Amx) => false,
+            (Products::FewRows, _) => true,
+            (Products::AlsoManyRows, _) => widens_bf16_gemm(),
         };
         if !packs {
             return None;
@@ -1141,6 +1156,23 @@ mod tests {
                 .double_value(&[]);
             let scale = plain.abs().max().double_value(&[]);
             assert!(err <= scale / 64.0, "{start}+{len}: {err} off");
+        }
+    }
+
+    /// f32 rows times a packed bf16 weight (the semantic head's product) come out in f32,
+    /// within f32 roundings of libtorch's f32 product with the weight widened.
+    #[test]
+    fn f32_rows_times_a_packed_weight_are_f32_products() {
+        let _guard = tch::no_grad_guard();
+        let w = tch::Tensor::randn([96, 300], (Kind::Float, Device::Cpu)).to_kind(Kind::BFloat16);
+        let packed = packed_panels(&[&TchTensor(w.shallow_clone())]).expect("whole panels pack");
+        for rows in [1, 4] {
+            let x = tch::Tensor::randn([rows, 300], (Kind::Float, Device::Cpu));
+            let got = TchTensor(x.shallow_clone()).linear(&packed);
+            assert_eq!(got.dtype(), DType::F32);
+            let want = x.linear::<tch::Tensor>(&w.to_kind(Kind::Float), None);
+            let err = (&got.0 - &want).abs().max().double_value(&[]);
+            assert!(err <= 1e-4, "{rows} rows: {err} off");
         }
     }
 

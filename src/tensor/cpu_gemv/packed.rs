@@ -65,7 +65,15 @@ fn pack_panel(rows: &[bf16], k: usize, lines: &mut [bf16]) {
 
 /// `y[r][o] = sum_k x[r][k] * w[o][k]` for a weight from [`pack`]: `x` holds `rows * k` values,
 /// `y` `rows * out`; `threads` OpenMP threads share the panels. With the active variant.
-pub fn linear(x: &[bf16], packed: &[bf16], k: usize, y: &mut [bf16], threads: usize) {
+/// Inputs and outputs are bf16, or f32: the weights widened multiply f32 rows exactly as the
+/// same weights stored in f32 would, at half the bytes read.
+pub fn linear<I: Element, O: Element>(
+    x: &[I],
+    packed: &[bf16],
+    k: usize,
+    y: &mut [O],
+    threads: usize,
+) {
     linear_with(Variant::active(), x, packed, k, y, threads)
 }
 
@@ -73,12 +81,12 @@ pub fn linear(x: &[bf16], packed: &[bf16], k: usize, y: &mut [bf16], threads: us
 ///
 /// # Panics
 /// When the lengths disagree, or the CPU lacks the variant's instructions.
-pub fn linear_with(
+pub fn linear_with<I: Element, O: Element>(
     variant: Variant,
-    x: &[bf16],
+    x: &[I],
     packed: &[bf16],
     k: usize,
-    y: &mut [bf16],
+    y: &mut [O],
     threads: usize,
 ) {
     variant.assert_supported();
@@ -102,7 +110,13 @@ pub fn linear_with(
     match openmp::runtime() {
         Some(omp) if parallel => {
             // SAFETY: `job` outlives the region, and each thread writes its own panels' outputs.
-            unsafe { omp.parallel(run_share, &job as *const Job as *mut c_void, threads) }
+            unsafe {
+                omp.parallel(
+                    run_share::<O>,
+                    &job as *const Job<O> as *mut c_void,
+                    threads,
+                )
+            }
         }
         // SAFETY: the lengths were checked above and `y` is borrowed mutably for the call.
         _ => unsafe { job.run(0..out / PANEL) },
@@ -116,8 +130,8 @@ pub fn linear_with(
 /// gave one each. (Measured with 24 rows, 2 threads: `avx2` 171-185 → 190-192 GFLOP/s in cache,
 /// four passes a half panel; `avx512f` and fewer rows unchanged.) With one pass in a row, as
 /// the portable loop takes it, this is `[rows][k]`.
-fn widened(x: &[bf16], rows: usize, k: usize, pass: usize) -> Vec<f32> {
-    let widen = |v: &bf16| Element::to_f32(*v);
+fn widened<I: Element>(x: &[I], rows: usize, k: usize, pass: usize) -> Vec<f32> {
+    let widen = |v: &I| v.to_f32();
     if rows == 1 || pass == 1 {
         return x.iter().map(widen).collect();
     }
@@ -141,21 +155,21 @@ fn widened(x: &[bf16], rows: usize, k: usize, pass: usize) -> Vec<f32> {
     out
 }
 
-/// One product, shared by the threads that compute it.
-struct Job {
+/// One product, shared by the threads that compute it; outputs of type `O`.
+struct Job<O> {
     inputs: *const f32,
     packed: *const bf16,
-    y: *mut bf16,
+    y: *mut O,
     rows: usize,
     k: usize,
     out: usize,
     variant: Variant,
 }
 
-extern "C" fn run_share(job: *mut c_void) {
+extern "C" fn run_share<O: Element>(job: *mut c_void) {
     let omp = openmp::runtime().expect("called from an OpenMP parallel region");
-    // SAFETY: `linear` passes a `Job` that outlives the parallel region.
-    let job = unsafe { &*(job as *const Job) };
+    // SAFETY: `linear` passes a `Job<O>` that outlives the parallel region.
+    let job = unsafe { &*(job as *const Job<O>) };
     // SAFETY: the threads' ranges are disjoint and within the panels.
     unsafe { job.run(omp.share(job.out / PANEL, 1)) };
 }
@@ -173,7 +187,7 @@ impl Variant {
     }
 }
 
-impl Job {
+impl<O: Element> Job<O> {
     /// Computes every row's outputs of `panels`.
     ///
     /// # Safety
@@ -200,7 +214,7 @@ impl Job {
     }
 
     /// One panel, one output at a time: the order every variant follows.
-    unsafe fn panel_portable(&self, w: *const bf16, y: *mut bf16) {
+    unsafe fn panel_portable(&self, w: *const bf16, y: *mut O) {
         for r in 0..self.rows {
             for i in 0..PANEL {
                 // Output `i` sits in lane `i % 16`, low half for the first 16.
@@ -210,7 +224,7 @@ impl Job {
                     let weight = (*w.add(kk * PANEL + at)).to_f32();
                     sum = weight.mul_add(*self.inputs.add(r * self.k + kk), sum);
                 }
-                *y.add(r * self.out + i) = bf16::from_f32(sum);
+                *y.add(r * self.out + i) = O::from_sum(sum);
             }
         }
     }
@@ -218,7 +232,7 @@ impl Job {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::super::equal_parts;
+    use super::super::{equal_parts, Element};
     use super::{Job, PANEL};
     use half::bf16;
     use std::arch::x86_64::*;
@@ -232,11 +246,11 @@ mod x86 {
     /// With AVX2: 6 x 2 of the 16, for half a panel at a time.
     pub(super) const ROWS_256: usize = 6;
 
-    /// Stores a vector of f32 sums as 16 (or 8) bf16, rounded to nearest even.
+    /// Stores a vector of f32 sums as 16 (or 8) outputs (bf16 rounded to nearest even).
     #[inline(always)]
-    unsafe fn store(y: *mut bf16, sums: &[f32]) {
+    unsafe fn store<O: Element>(y: *mut O, sums: &[f32]) {
         for (i, &s) in sums.iter().enumerate() {
-            *y.add(i) = bf16::from_f32(s);
+            *y.add(i) = O::from_sum(s);
         }
     }
 
@@ -258,11 +272,11 @@ mod x86 {
     /// pass finds its lines near. (Measured on the flow head's matrices, 24 rows, 2 threads,
     /// weights beyond the caches: 274 to 292 GFLOP/s, 226 to 242 without.)
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn panel_avx512(
-        job: &Job,
+    pub(super) unsafe fn panel_avx512<O: Element>(
+        job: &Job<O>,
         w: *const bf16,
         next: Option<*const bf16>,
-        y: *mut bf16,
+        y: *mut O,
     ) {
         for (pass, rows) in equal_parts(job.rows, ROWS_512).enumerate() {
             let r = rows.start;
@@ -271,8 +285,8 @@ mod x86 {
                 ($($n:literal)*) => {
                     match (rows.len(), fetch) {
                         $(
-                            ($n, Some(next)) => tile_avx512::<$n, true>(job, w, next, r, y),
-                            ($n, None) => tile_avx512::<$n, false>(job, w, w, r, y),
+                            ($n, Some(next)) => tile_avx512::<O, $n, true>(job, w, next, r, y),
+                            ($n, None) => tile_avx512::<O, $n, false>(job, w, w, r, y),
                         )*
                         _ => unreachable!("1 to {ROWS_512} rows"),
                     }
@@ -283,12 +297,12 @@ mod x86 {
     }
 
     #[inline(always)]
-    unsafe fn tile_avx512<const R: usize, const FETCH: bool>(
-        job: &Job,
+    unsafe fn tile_avx512<O: Element, const R: usize, const FETCH: bool>(
+        job: &Job<O>,
         w: *const bf16,
         next: *const bf16,
         r0: usize,
-        y: *mut bf16,
+        y: *mut O,
     ) {
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
         let high = _mm512_set1_epi32(0xFFFF_0000_u32 as i32);
@@ -316,11 +330,11 @@ mod x86 {
     /// One panel, half at a time, in passes of at most 6 rows; passes after the first fetch
     /// `next` as with AVX-512.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn panel_avx2(
-        job: &Job,
+    pub(super) unsafe fn panel_avx2<O: Element>(
+        job: &Job<O>,
         w: *const bf16,
         next: Option<*const bf16>,
-        y: *mut bf16,
+        y: *mut O,
     ) {
         // Lanes 0-7 of a line hold outputs 0-7 and 16-23; lanes 8-15, outputs 8-15 and 24-31.
         for half in 0..2 {
@@ -331,8 +345,8 @@ mod x86 {
                     ($($n:literal)*) => {
                         match (rows.len(), fetch) {
                             $(
-                                ($n, Some(next)) => tile_avx2::<$n, true>(job, w, next, half, r, y),
-                                ($n, None) => tile_avx2::<$n, false>(job, w, w, half, r, y),
+                                ($n, Some(next)) => tile_avx2::<O, $n, true>(job, w, next, half, r, y),
+                                ($n, None) => tile_avx2::<O, $n, false>(job, w, w, half, r, y),
                             )*
                             _ => unreachable!("1 to {ROWS_256} rows"),
                         }
@@ -344,13 +358,13 @@ mod x86 {
     }
 
     #[inline(always)]
-    unsafe fn tile_avx2<const R: usize, const FETCH: bool>(
-        job: &Job,
+    unsafe fn tile_avx2<O: Element, const R: usize, const FETCH: bool>(
+        job: &Job<O>,
         w: *const bf16,
         next: *const bf16,
         half: usize,
         r0: usize,
-        y: *mut bf16,
+        y: *mut O,
     ) {
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
         let high = _mm256_set1_epi32(0xFFFF_0000_u32 as i32);
@@ -425,6 +439,37 @@ mod tests {
                 let mut y = vec![bf16::ZERO; rows * out];
                 linear_with(variant, &x, &packed, k, &mut y, 1);
                 assert_eq!(y, reference(&x, &w, k), "{variant}, {rows} rows");
+            }
+        }
+    }
+
+    /// f32 rows times a packed bf16 weight give the f32 sums of the widened weight in the same
+    /// order, unrounded (the semantic head's products), for values no bf16 holds, in every
+    /// variant and across the register tiles.
+    #[test]
+    fn f32_rows_give_the_widened_weights_f32_sums() {
+        let (out, k) = (2 * PANEL, 41);
+        let w = values(out * k, 5);
+        let packed = pack(&w, out, k);
+        let runs_here = |v: &Variant| super::super::tests::runs_here(*v, "packed::f32_rows");
+        for variant in Variant::ALL.into_iter().filter(runs_here) {
+            for rows in [1, 4, 7, 13, 24] {
+                let x: Vec<f32> = (0..rows * k)
+                    .map(|i| (i as f32 * 0.731).sin() / 3.0)
+                    .collect();
+                assert!(x.iter().any(|&v| bf16::from_f32(v).to_f32() != v));
+                let want: Vec<f32> = x
+                    .chunks_exact(k)
+                    .flat_map(|row| {
+                        let w = &w;
+                        (0..out).map(move |o| {
+                            (0..k).fold(0.0f32, |s, kk| w[o * k + kk].to_f32().mul_add(row[kk], s))
+                        })
+                    })
+                    .collect();
+                let mut y = vec![0.0f32; rows * out];
+                linear_with(variant, &x, &packed, k, &mut y, 1);
+                assert_eq!(y, want, "{variant}, {rows} rows");
             }
         }
     }
