@@ -5,7 +5,9 @@
 //! one load and two integer operations per 32 weights beside its multiply-adds, and every output
 //! is summed over `k` in order with fused multiply-adds in f32, then rounded once. That order
 //! is the same whatever the rows, the threads or the instruction set, so every variant gives
-//! the same bits, and a request's result does not depend on its batch.
+//! the same bits, and a request's result does not depend on its batch. The rows may also be
+//! f32, summed into f32 outputs the same way: the semantic head's products, f32 rows by a bf16
+//! weight read at half the bytes of an f32 copy.
 
 use super::{equal_parts, openmp, Element, Variant, PARALLEL_MIN_BYTES};
 use half::bf16;
