@@ -213,6 +213,7 @@ impl Element for bf16 {
 
     // Both with integer operations, so that loops over them vectorise (the `half` crate's
     // conversions branch on NaN); the same bits as the crate's (tested).
+    #[inline(always)]
     fn from_sum(sum: f32) -> Self {
         let bits = sum.to_bits();
         let rounded = if sum.is_nan() {
@@ -225,6 +226,7 @@ impl Element for bf16 {
         bf16::from_bits(rounded as u16)
     }
 
+    #[inline(always)]
     fn to_f32(self) -> f32 {
         // A bf16 is the top half of an f32.
         f32::from_bits(u32::from(self.to_bits()) << 16)
@@ -254,10 +256,12 @@ impl Element for bf16 {
 impl Element for f32 {
     const ZERO: Self = 0.0;
 
+    #[inline(always)]
     fn from_sum(sum: f32) -> Self {
         sum
     }
 
+    #[inline(always)]
     fn to_f32(self) -> f32 {
         self
     }

@@ -45,12 +45,48 @@ impl<E: Element> Strided<E> {
 
 /// `softmax(q kᵀ · scale) v`, every query attending to every key; `k` and `v` may have fewer
 /// heads than `q` (grouped queries: head `h` reads key head `h / (heads / kv_heads)`). Writes
-/// `out` as `[batch, queries, heads, dim]`.
+/// `out` as `[batch, queries, heads, dim]`. Compiled for 256-bit vectors where the CPU has
+/// them ([`super::has_avx2`]), with the same bits.
 ///
 /// # Safety
 /// The three describe live tensors; `k` and `v` have the same shape, with `batch` and `dim`
 /// those of `q`, at least one key, and a number of heads dividing `q`'s.
 pub unsafe fn attention<E: Element>(
+    q: &Strided<E>,
+    k: &Strided<E>,
+    v: &Strided<E>,
+    scale: f32,
+    out: &mut [E],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        return attention_avx2(q, k, v, scale, out);
+    }
+    attention_here(q, k, v, scale, out)
+}
+
+/// [`attention`] with AVX2's 256-bit vectors.
+///
+/// # Safety
+/// As [`attention`]'s, on a CPU with AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn attention_avx2<E: Element>(
+    q: &Strided<E>,
+    k: &Strided<E>,
+    v: &Strided<E>,
+    scale: f32,
+    out: &mut [E],
+) {
+    attention_here(q, k, v, scale, out)
+}
+
+/// [`attention`]'s loop, compiled for the instructions of the function it is inlined into.
+///
+/// # Safety
+/// As [`attention`]'s.
+#[inline(always)]
+pub(super) unsafe fn attention_here<E: Element>(
     q: &Strided<E>,
     k: &Strided<E>,
     v: &Strided<E>,

@@ -7,6 +7,7 @@ use super::dot;
 use crate::tensor::cpu_gemv::Element;
 
 /// `y = x / sqrt(mean(x², last axis) + eps) * weight` over rows of `weight.len()` values.
+/// Compiled for 256-bit vectors where the CPU has them ([`super::has_avx2`]), with the same bits.
 ///
 /// # Panics
 /// When `x` is not whole rows, or `y` is not `x`'s length.
@@ -17,6 +18,29 @@ pub fn rms_norm<E: Element>(x: &[E], weight: &[E], eps: f32, y: &mut [E]) {
         "rms_norm: {} values are not rows of {dim}",
         x.len()
     );
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        // SAFETY: this CPU has AVX2.
+        return unsafe { rms_norm_avx2(x, weight, eps, y) };
+    }
+    rms_norm_here(x, weight, eps, y)
+}
+
+/// [`rms_norm`] with AVX2's 256-bit vectors.
+///
+/// # Safety
+/// The CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn rms_norm_avx2<E: Element>(x: &[E], weight: &[E], eps: f32, y: &mut [E]) {
+    rms_norm_here(x, weight, eps, y)
+}
+
+/// [`rms_norm`]'s loop on checked lengths, compiled for the instructions of the function it is
+/// inlined into.
+#[inline(always)]
+pub(super) fn rms_norm_here<E: Element>(x: &[E], weight: &[E], eps: f32, y: &mut [E]) {
+    let dim = weight.len();
     for (row, out) in x.chunks_exact(dim).zip(y.chunks_exact_mut(dim)) {
         let mean = dot(row, row) / dim as f32;
         let inverse = 1.0 / (mean + eps).sqrt();
