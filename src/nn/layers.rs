@@ -111,10 +111,14 @@ impl<'a, T: Tensor> Loader<'a, T> {
             .load::<T>(self.device, &self.key(key), shape, dtype)
     }
 
+    /// The dtype the tensor is stored in (its shape checked).
+    pub fn stored_dtype(&self, key: &str, shape: &[usize]) -> Result<DType, LoadError> {
+        Ok(self.ckpt.raw(&self.key(key), shape)?.dtype)
+    }
+
     /// The tensor in the dtype it is stored in.
     pub fn tensor_as_stored(&self, key: &str, shape: &[usize]) -> Result<T, LoadError> {
-        let stored = self.ckpt.raw(&self.key(key), shape)?.dtype;
-        self.tensor_as(key, shape, stored)
+        self.tensor_as(key, shape, self.stored_dtype(key, shape)?)
     }
 
     /// The tensor's values as f32 on the host.

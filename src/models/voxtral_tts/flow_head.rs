@@ -131,14 +131,14 @@ fn semantic_head<T: Tensor>(
     rows: usize,
     dim: usize,
 ) -> Result<T, LoadError> {
-    let stored = l.tensor_as_stored(key, &[rows, dim])?;
-    let packed = (T::is_cpu(l.device) && stored.dtype() == DType::BF16)
-        .then(|| T::pack_for_few_rows(&[&stored], Products::FloatRows))
-        .flatten();
-    match packed {
-        Some(weight) => Ok(weight),
-        None => l.tensor_as(key, &[rows, dim], DType::F32),
+    let shape = [rows, dim];
+    if T::is_cpu(l.device) && l.stored_dtype(key, &shape)? == DType::BF16 {
+        let stored = l.tensor_as(key, &shape, DType::BF16)?;
+        if let Some(packed) = T::pack_for_few_rows(&[&stored], Products::FloatRows) {
+            return Ok(packed);
+        }
     }
+    l.tensor_as(key, &shape, DType::F32)
 }
 
 impl<T: Tensor> FlowHead<T> {

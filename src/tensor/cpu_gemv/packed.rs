@@ -411,8 +411,8 @@ mod tests {
             .collect()
     }
 
-    /// Every output summed over `k` in order with fused multiply-adds, then rounded.
-    fn reference(x: &[bf16], w: &[bf16], k: usize) -> Vec<bf16> {
+    /// Every output summed over `k` in order with fused multiply-adds, then rounded to `O`.
+    fn reference<I: Element, O: Element>(x: &[I], w: &[bf16], k: usize) -> Vec<O> {
         let out = w.len() / k;
         x.chunks_exact(k)
             .flat_map(|row| {
@@ -420,7 +420,7 @@ mod tests {
                     let sum = (0..k).fold(0.0f32, |s, kk| {
                         w[o * k + kk].to_f32().mul_add(row[kk].to_f32(), s)
                     });
-                    bf16::from_f32(sum)
+                    O::from_sum(sum)
                 })
             })
             .collect()
@@ -440,7 +440,7 @@ mod tests {
                 let x = values(rows * k, rows as u64 + 2);
                 let mut y = vec![bf16::ZERO; rows * out];
                 linear_with(variant, &x, &packed, k, &mut y, 1);
-                assert_eq!(y, reference(&x, &w, k), "{variant}, {rows} rows");
+                assert_eq!(y, reference::<_, bf16>(&x, &w, k), "{variant}, {rows} rows");
             }
         }
     }
@@ -460,18 +460,13 @@ mod tests {
                     .map(|i| (i as f32 * 0.731).sin() / 3.0)
                     .collect();
                 assert!(x.iter().any(|&v| bf16::from_f32(v).to_f32() != v));
-                let want: Vec<f32> = x
-                    .chunks_exact(k)
-                    .flat_map(|row| {
-                        let w = &w;
-                        (0..out).map(move |o| {
-                            (0..k).fold(0.0f32, |s, kk| w[o * k + kk].to_f32().mul_add(row[kk], s))
-                        })
-                    })
-                    .collect();
                 let mut y = vec![0.0f32; rows * out];
                 linear_with(variant, &x, &packed, k, &mut y, 1);
-                assert_eq!(y, want, "{variant}, {rows} rows");
+                assert_eq!(
+                    y,
+                    reference::<f32, f32>(&x, &w, k),
+                    "{variant}, {rows} rows"
+                );
             }
         }
     }
@@ -484,6 +479,6 @@ mod tests {
         let x = values(rows * k, 4);
         let mut y = vec![bf16::ZERO; rows * out];
         linear(&x, &pack(&w, out, k), k, &mut y, 2);
-        assert_eq!(y, reference(&x, &w, k));
+        assert_eq!(y, reference::<_, bf16>(&x, &w, k));
     }
 }
