@@ -51,7 +51,7 @@ pub enum Variant {
     Portable,
     /// AVX2 and FMA, 256 bits; bf16 is widened to f32 in registers.
     Avx2Fma,
-    /// AVX-512F, 512 bits; bf16 is widened to f32 in registers.
+    /// AVX-512F (with BW), 512 bits; bf16 is widened to f32 in registers.
     Avx512F,
     /// AVX-512F with AVX512-BF16: bf16 pairs through `vdpbf16ps`; f32 as [`Variant::Avx512F`].
     Avx512Bf16,
@@ -85,9 +85,11 @@ impl Variant {
         match self {
             Variant::Portable => "nothing",
             Variant::Avx2Fma => "avx2 fma",
-            Variant::Avx512F => "avx512f",
-            Variant::Avx512Bf16 => "avx512f avx512_bf16",
-            Variant::Amx => "avx512f avx512_bf16 amx_tile amx_bf16 (with the OS's permission)",
+            Variant::Avx512F => "avx512f avx512bw",
+            Variant::Avx512Bf16 => "avx512f avx512bw avx512_bf16",
+            Variant::Amx => {
+                "avx512f avx512bw avx512_bf16 amx_tile amx_bf16 (with the OS's permission)"
+            }
         }
     }
 
@@ -100,9 +102,12 @@ impl Variant {
                 Variant::Avx2Fma => {
                     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
                 }
-                Variant::Avx512F => is_x86_feature_detected!("avx512f"),
+                // BW for the packed loop's 16-bit interleave; every AVX-512 CPU but Xeon Phi has it.
+                Variant::Avx512F => {
+                    is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")
+                }
                 Variant::Avx512Bf16 => {
-                    is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16")
+                    Variant::Avx512F.supported() && is_x86_feature_detected!("avx512bf16")
                 }
                 Variant::Amx => Variant::Avx512Bf16.supported() && amx::available(),
             }
