@@ -182,7 +182,8 @@ fn make_test_model_is_deterministic_per_seed() {
     );
 }
 
-/// `bench` says which kernel variant runs and what the CPU's FMA peak is, and reports the
+/// `bench` says which kernel variant runs and what the CPU's FMA peak is (at the start, and
+/// sampled between each batch size's steps), and reports the
 /// arithmetic rate of prefill and of batched steps against it, the step's products by their
 /// rows per weight read too (the tiny model's: one stream's backbone rows, and 2 streams' 12
 /// flow-head rows).
@@ -216,6 +217,11 @@ fn bench_names_the_kernel_variant_and_measures_the_fma_peak() {
             .filter(|l| l.starts_with("  products by rows per weight read: "))
             .collect();
         assert_eq!(by_rows.len(), 2, "one per batch size:\n{out}");
+        let sampled = out
+            .lines()
+            .filter(|l| l.starts_with("  f32 FMA peak between the steps "))
+            .count();
+        assert_eq!(sampled, 2, "one per batch size:\n{out}");
         assert!(
             by_rows[0].contains(" 1 row ") && by_rows[1].contains(" 9-24 rows "),
             "{out}"

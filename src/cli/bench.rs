@@ -7,7 +7,7 @@ use crate::engine::EngineOptions;
 use crate::models::voxtral_tts::params::Config;
 use crate::models::voxtral_tts::{Generation, Noise, StageTimes, SynthesisRequest, Voxtral};
 use crate::models::{detect_family, Family};
-use crate::tensor::cpu_gemv::{peak_f32_flops, Variant};
+use crate::tensor::cpu_gemv::{peak_f32_flops, sampled_f32_flops, Variant};
 use crate::tensor::tch_backend::TchTensor;
 use crate::tensor::{linear_multiply_adds, timed_products, ROW_CLASSES};
 use crate::tensor::{DType, Tensor};
@@ -219,7 +219,7 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
             per(total.flow_head) / floor(flow_bytes),
         );
     }
-    batch_steps(args, &model, &voice, peak)
+    batch_steps(args, &model, &voice, peak, threads)
 }
 
 /// Prints the CPU kernel in use and its f32 FMA peak on `threads` threads; the peak.
@@ -302,6 +302,7 @@ fn batch_steps<T: Tensor>(
     model: &Voxtral<T>,
     voice: &str,
     peak: Option<f64>,
+    threads: usize,
 ) -> Result<()> {
     let mut one_stream = None;
     for &streams in &args.batch {
@@ -316,14 +317,25 @@ fn batch_steps<T: Tensor>(
         }
         let warm = running[0].times();
         let warm_frames: usize = running.iter().map(|g| g.frames().len()).sum();
-        let (started, before) = (Instant::now(), linear_multiply_adds());
+        let before = linear_multiply_adds();
         let products_before = timed_products();
-        let mut steps = 0;
+        let (mut steps, mut generated) = (0, Duration::ZERO);
+        let mut peak_samples = Vec::new();
         while running.iter().any(|g| g.stop_reason().is_none()) {
+            let started = Instant::now();
             Generation::step_batch(&mut running.iter_mut().collect::<Vec<_>>());
+            generated += started.elapsed();
             steps += 1;
+            if peak.is_some() {
+                peak_samples.extend(sampled_f32_flops(Variant::active(), threads));
+            }
         }
-        let generated = started.elapsed();
+        // The steps' rates against the peak of the moments they ran in, where it was sampled.
+        let start_peak = peak;
+        let peak = match peak_samples.len() {
+            0 => peak,
+            n => Some(peak_samples.iter().sum::<f64>() / n as f64),
+        };
         let rate = arithmetic_rate(linear_multiply_adds() - before, generated, peak);
         let by_rows = products_by_rows(&products_before, &timed_products(), steps, peak);
         // Each stream's audio decoded once, as for a file response: one stream at a time,
@@ -371,6 +383,14 @@ fn batch_steps<T: Tensor>(
             per_step(flow_head),
             args.batch[0],
         );
+        if let (Some(start), Some(during)) = (start_peak, peak) {
+            println!(
+                "  f32 FMA peak between the steps {:.1} GFLOP/s (mean of {} runs of about 1 ms, one after each step; {:.1} at the start): the shares here are of it",
+                during / 1e9,
+                peak_samples.len(),
+                start / 1e9
+            );
+        }
         if !flow_head_rate.is_empty() {
             // The flow head's rows grow with the batch: the part that batching makes
             // compute-bound, measured over its whole time (norms and attention included).

@@ -17,9 +17,12 @@
 mod amx;
 mod openmp;
 pub mod packed;
+mod peak;
 mod portable;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+
+pub use peak::{peak_f32_flops, sampled_f32_flops};
 
 use half::bf16;
 use libc::c_void;
@@ -566,38 +569,3 @@ unsafe fn padded<V: Element>(p: *const V, n: usize) -> [V; MAX_LANES] {
 
 #[cfg(test)]
 mod tests;
-
-/// The CPU's f32 FMA rate with `variant`'s vector width on `threads` threads, in
-/// floating-point operations per second (a multiply-add counts two): the best of 3 runs of a
-/// loop of independent FMAs. `None` for the portable variant, whose width is the compiler's.
-pub fn peak_f32_flops(variant: Variant, threads: usize) -> Option<f64> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let (lanes, run): (usize, unsafe fn(usize) -> f32) = match variant {
-            Variant::Portable => return None,
-            Variant::Avx2Fma => (8, x86::fma_loop_256),
-            Variant::Avx512F | Variant::Avx512Bf16 | Variant::Amx => (16, x86::fma_loop_512),
-        };
-        variant.assert_supported();
-        let iterations = 20_000_000;
-        let best = (0..3)
-            .map(|_| {
-                let started = std::time::Instant::now();
-                std::thread::scope(|s| {
-                    for _ in 0..threads.max(1) {
-                        // SAFETY: the variant's instructions are supported (asserted above).
-                        s.spawn(|| std::hint::black_box(unsafe { run(iterations) }));
-                    }
-                });
-                started.elapsed()
-            })
-            .min()?;
-        let operations = 2 * threads.max(1) * iterations * x86::fma_per_iteration(lanes);
-        Some(operations as f64 / best.as_secs_f64())
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (variant, threads);
-        None
-    }
-}
