@@ -13,6 +13,7 @@ use super::{equal_parts, openmp, Element, Variant, PARALLEL_MIN_BYTES};
 use half::bf16;
 use libc::c_void;
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Outputs per panel: one 64-byte line of bf16 per value of `k`.
 pub const PANEL: usize = 32;
@@ -119,6 +120,7 @@ pub fn linear_with<I: Element, O: Element>(
         k,
         out,
         variant,
+        claimed: AtomicUsize::new(0),
     };
     let parallel = threads > 1 && std::mem::size_of_val(packed) >= PARALLEL_MIN_BYTES;
     match openmp::runtime() {
@@ -133,7 +135,7 @@ pub fn linear_with<I: Element, O: Element>(
             }
         }
         // SAFETY: the lengths were checked above and `y` is borrowed mutably for the call.
-        _ => unsafe { job.run(0..out / PANEL) },
+        _ => unsafe { job.run(0..out / PANEL, None) },
     }
 }
 
@@ -178,15 +180,35 @@ struct Job<O> {
     k: usize,
     out: usize,
     variant: Variant,
+    /// Panels claimed so far by the threads.
+    claimed: AtomicUsize,
 }
 
 extern "C" fn run_share<O: Element>(job: *mut c_void) {
     let omp = openmp::runtime().expect("called from an OpenMP parallel region");
     // SAFETY: `linear` passes a `Job<O>` that outlives the parallel region.
     let job = unsafe { &*(job as *const Job<O>) };
-    // SAFETY: the threads' ranges are disjoint and within the panels.
-    unsafe { job.run(omp.share(job.out / PANEL, 1)) };
+    let panels = job.out / PANEL;
+    let (_, threads) = omp.thread();
+    let chunk = (panels / (threads * CHUNKS_PER_THREAD)).max(1);
+    let claim = || {
+        let start = job.claimed.fetch_add(chunk, Ordering::Relaxed);
+        (start < panels).then(|| start..(start + chunk).min(panels))
+    };
+    // Each chunk claimed before the last one runs, so that its first panel is fetched
+    // during the passes over the last one's last panel.
+    let mut current = claim();
+    while let Some(panels) = current {
+        current = claim();
+        // SAFETY: each chunk is claimed once, and is within the panels.
+        unsafe { job.run(panels, current.as_ref().map(|next| next.start)) };
+    }
 }
+
+/// Chunks of panels per thread, claimed in turn: a thread that the machine slows (another
+/// guest on its core, an efficiency core) takes fewer, and the other threads do not wait for
+/// it at the region's end.
+const CHUNKS_PER_THREAD: usize = 4;
 
 impl Variant {
     /// The most rows a pass over a panel takes with this variant's loop.
@@ -202,19 +224,26 @@ impl Variant {
 }
 
 impl<O: Element> Job<O> {
-    /// Computes every row's outputs of `panels`.
+    /// Computes every row's outputs of `panels`; `then` is the panel this thread computes
+    /// after them, if any.
     ///
     /// # Safety
     /// The pointers cover the lengths `linear` checked, and no other thread writes these panels.
-    unsafe fn run(&self, panels: Range<usize>) {
+    unsafe fn run(&self, panels: Range<usize>, then: Option<usize>) {
         #[cfg(target_arch = "x86_64")]
         let end = panels.end;
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = then;
         for panel in panels {
             let w = self.packed.add(panel * PANEL * self.k);
             let y = self.y.add(panel * PANEL);
             // This thread's next panel, fetched during the later passes over this one.
             #[cfg(target_arch = "x86_64")]
-            let next = (panel + 1 < end).then(|| w.add(PANEL * self.k));
+            let next = match panel + 1 < end {
+                true => Some(panel + 1),
+                false => then,
+            }
+            .map(|next| self.packed.add(next * PANEL * self.k));
             match self.variant {
                 #[cfg(target_arch = "x86_64")]
                 Variant::Avx512F | Variant::Avx512Bf16 | Variant::Amx => {
@@ -485,11 +514,14 @@ mod tests {
     /// The public entry, threaded, against the reference.
     #[test]
     fn linear_over_threads_equals_the_reference() {
-        let (out, k, rows) = (8 * PANEL, 1024, 7);
-        let w = values(out * k, 3);
-        let x = values(rows * k, 4);
-        let mut y = vec![bf16::ZERO; rows * out];
-        linear(&x, &pack(&w, out, k), k, &mut y, 2);
-        assert_eq!(y, reference::<_, bf16>(&x, &w, k));
+        // Chunks of one panel, of five, and of three with a last one of one.
+        for (panels, k, threads) in [(8, 1024, 2), (40, 256, 2), (40, 256, 3)] {
+            let (out, rows) = (panels * PANEL, 7);
+            let w = values(out * k, 3);
+            let x = values(rows * k, 4);
+            let mut y = vec![bf16::ZERO; rows * out];
+            linear(&x, &pack(&w, out, k), k, &mut y, threads);
+            assert_eq!(y, reference::<_, bf16>(&x, &w, k), "{panels} panels");
+        }
     }
 }
