@@ -239,11 +239,10 @@ impl<O: Element> Job<O> {
             let y = self.y.add(panel * PANEL);
             // This thread's next panel, fetched during the later passes over this one.
             #[cfg(target_arch = "x86_64")]
-            let next = match panel + 1 < end {
-                true => Some(panel + 1),
-                false => then,
-            }
-            .map(|next| self.packed.add(next * PANEL * self.k));
+            let next = (panel + 1 < end)
+                .then_some(panel + 1)
+                .or(then)
+                .map(|next| self.packed.add(next * PANEL * self.k));
             match self.variant {
                 #[cfg(target_arch = "x86_64")]
                 Variant::Avx512F | Variant::Avx512Bf16 | Variant::Amx => {
