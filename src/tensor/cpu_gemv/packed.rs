@@ -237,7 +237,7 @@ impl<O: Element> Job<O> {
         for panel in panels {
             let w = self.packed.add(panel * PANEL * self.k);
             let y = self.y.add(panel * PANEL);
-            // This thread's next panel, fetched during the later passes over this one.
+            // This thread's next panel, fetched during the passes over this one.
             #[cfg(target_arch = "x86_64")]
             let next = (panel + 1 < end)
                 .then_some(panel + 1)
@@ -295,23 +295,61 @@ mod x86 {
         }
     }
 
+    /// The lines of this thread's next panel that one pass over the current panel fetches
+    /// into L2: from `from` on, one line every `2^shift` steps.
+    #[derive(Clone, Copy)]
+    struct Fetch {
+        from: *const bf16,
+        shift: u32,
+    }
+
+    /// What pass `pass` of a panel's `passes` fetches of `next`, this thread's next panel.
+    /// The first pass reads the current panel, whose lines may still be arriving, and fetches
+    /// nothing unless it is the only pass; the later passes share `next` in order, each from
+    /// its part's start, one line every `2^shift` steps with `2^shift` the largest power of
+    /// two not above their number. Their parts cover the panel (overlapping where that number
+    /// is not a power of two), and memory is read at the pace of the multiply-adds: with AVX2
+    /// and 24 rows, each of the seven later passes fetched the whole of `next` before, its
+    /// requests crowded into the second pass, and the loop waited on them.
+    fn share_of_next(
+        next: Option<*const bf16>,
+        k: usize,
+        pass: usize,
+        passes: usize,
+    ) -> Option<Fetch> {
+        let next = next?;
+        if passes == 1 {
+            return Some(Fetch {
+                from: next,
+                shift: 0,
+            });
+        }
+        let (part, parts) = (pass.checked_sub(1)?, passes - 1);
+        Some(Fetch {
+            from: next.wrapping_add(part * k / parts * PANEL),
+            shift: parts.ilog2(),
+        })
+    }
+
     /// The fetches of step `kk`: the weights' line [`PREFETCH_LINES`] on into L1 (past the
     /// panel's end, the next one's first lines: a prefetch never faults), and with `FETCH`,
-    /// `next`'s line `kk` into L2. Without a test in the loop, the compiler keeps the loop to
-    /// the step, these and one count.
+    /// the pass's share of the next panel into L2. Without a test in the loop, the compiler
+    /// keeps the loop to the step, these and one count.
     #[inline(always)]
-    unsafe fn fetch_ahead<const FETCH: bool>(w: *const bf16, next: *const bf16, kk: usize) {
+    unsafe fn fetch_ahead<const FETCH: bool>(w: *const bf16, fetch: Fetch, kk: usize) {
         _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add((kk + PREFETCH_LINES) * PANEL).cast());
         if FETCH {
-            _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add(kk * PANEL).cast());
+            let line = fetch.from.wrapping_add((kk >> fetch.shift) * PANEL);
+            _mm_prefetch::<_MM_HINT_T1>(line.cast());
         }
     }
 
     /// One panel, in passes of at most 12 rows. The first pass reads the weights from memory
     /// and the later ones from L2, so the later passes fetch `next` (this thread's next panel)
-    /// into L2, a line per step: memory stays busy while they multiply, and the next first
+    /// into L2 ([`share_of_next`]): memory stays busy while they multiply, and the next first
     /// pass finds its lines near. (Measured on the flow head's matrices, 24 rows, 2 threads,
-    /// weights beyond the caches: 274 to 292 GFLOP/s, 226 to 242 without.)
+    /// weights beyond the caches: 274 to 292 GFLOP/s, 226 to 242 without.) A lone pass (up to
+    /// 12 rows) fetches `next` itself: one stream's flow head took a quarter less time.
     #[target_feature(enable = "avx512f,avx512bw")]
     pub(super) unsafe fn panel_avx512<O: Element>(
         job: &Job<O>,
@@ -319,15 +357,16 @@ mod x86 {
         next: Option<*const bf16>,
         y: *mut O,
     ) {
+        let passes = job.rows.div_ceil(ROWS_512);
+        let idle = Fetch { from: w, shift: 0 };
         for (pass, rows) in equal_parts(job.rows, ROWS_512).enumerate() {
             let r = rows.start;
-            let fetch = if pass > 0 { next } else { None };
             macro_rules! tile {
                 ($($n:literal)*) => {
-                    match (rows.len(), fetch) {
+                    match (rows.len(), share_of_next(next, job.k, pass, passes)) {
                         $(
-                            ($n, Some(next)) => tile_avx512::<O, $n, true>(job, w, next, r, y),
-                            ($n, None) => tile_avx512::<O, $n, false>(job, w, w, r, y),
+                            ($n, Some(fetch)) => tile_avx512::<O, $n, true>(job, w, fetch, r, y),
+                            ($n, None) => tile_avx512::<O, $n, false>(job, w, idle, r, y),
                         )*
                         _ => unreachable!("1 to {ROWS_512} rows"),
                     }
@@ -341,14 +380,14 @@ mod x86 {
     unsafe fn tile_avx512<O: Element, const R: usize, const FETCH: bool>(
         job: &Job<O>,
         w: *const bf16,
-        next: *const bf16,
+        fetch: Fetch,
         r0: usize,
         y: *mut O,
     ) {
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
         let zero = _mm512_setzero_si512();
         for kk in 0..job.k {
-            fetch_ahead::<FETCH>(w, next, kk);
+            fetch_ahead::<FETCH>(w, fetch, kk);
             let line = _mm512_loadu_si512(w.add(kk * PANEL).cast());
             let first = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, line));
             let second = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, line));
@@ -368,8 +407,8 @@ mod x86 {
         }
     }
 
-    /// One panel, half at a time, in passes of at most 6 rows; passes after the first fetch
-    /// `next` as with AVX-512.
+    /// One panel, half at a time, in passes of at most 6 rows; the passes after the first
+    /// share the fetch of `next` as with AVX-512.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn panel_avx2<O: Element>(
         job: &Job<O>,
@@ -378,16 +417,18 @@ mod x86 {
         y: *mut O,
     ) {
         // Lanes 0-7 of a line hold outputs 0-7 and 16-23; lanes 8-15, outputs 8-15 and 24-31.
+        let per_half = job.rows.div_ceil(ROWS_256);
+        let idle = Fetch { from: w, shift: 0 };
         for half in 0..2 {
             for (pass, rows) in equal_parts(job.rows, ROWS_256).enumerate() {
                 let r = rows.start;
-                let fetch = if half + pass > 0 { next } else { None };
+                let fetch = share_of_next(next, job.k, half * per_half + pass, 2 * per_half);
                 macro_rules! tile {
                     ($($n:literal)*) => {
                         match (rows.len(), fetch) {
                             $(
-                                ($n, Some(next)) => tile_avx2::<O, $n, true>(job, w, next, half, r, y),
-                                ($n, None) => tile_avx2::<O, $n, false>(job, w, w, half, r, y),
+                                ($n, Some(fetch)) => tile_avx2::<O, $n, true>(job, w, fetch, half, r, y),
+                                ($n, None) => tile_avx2::<O, $n, false>(job, w, idle, half, r, y),
                             )*
                             _ => unreachable!("1 to {ROWS_256} rows"),
                         }
@@ -402,7 +443,7 @@ mod x86 {
     unsafe fn tile_avx2<O: Element, const R: usize, const FETCH: bool>(
         job: &Job<O>,
         w: *const bf16,
-        next: *const bf16,
+        fetch: Fetch,
         half: usize,
         r0: usize,
         y: *mut O,
@@ -410,7 +451,7 @@ mod x86 {
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
         let zero = _mm256_setzero_si256();
         for kk in 0..job.k {
-            fetch_ahead::<FETCH>(w, next, kk);
+            fetch_ahead::<FETCH>(w, fetch, kk);
             let line = _mm256_loadu_si256(w.add(kk * PANEL + half * PANEL / 2).cast());
             let first = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, line));
             let second = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, line));
