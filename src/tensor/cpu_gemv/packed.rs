@@ -322,7 +322,8 @@ mod x86 {
     /// nothing unless it is the only pass; the later passes share `next` in order, each from
     /// its part's start, one line every `2^shift` steps with `2^shift` the largest power of
     /// two not above their number. Their parts cover the panel (overlapping where that number
-    /// is not a power of two), and memory is read at the pace of the multiply-adds: with AVX2
+    /// is not a power of two, the last then running on into the panel after it, which a
+    /// prefetch may), and memory is read at the pace of the multiply-adds: with AVX2
     /// and 24 rows, each of the seven later passes fetched the whole of `next` before, its
     /// requests crowded into the second pass, and the loop waited on them.
     fn share_of_next(
