@@ -128,7 +128,6 @@ pub fn linear_with<I: Element, O: Element>(
         inputs: inputs.as_mut_ptr(),
         interleave: interleave.then_some(Interleave {
             source: x.as_ptr().cast(),
-            pass,
             run: interleave_columns::<I, O>,
             done: AtomicUsize::new(0),
         }),
@@ -184,8 +183,6 @@ const KEPT_INPUTS: usize = 1 << 20;
 struct Interleave<O> {
     /// The rows, `[rows][k]` of the type `run` was made for.
     source: *const c_void,
-    /// The most rows a pass takes.
-    pass: usize,
     /// Widens and interleaves the columns (values of `k`) given.
     run: unsafe fn(&Job<O>, Range<usize>),
     /// Threads done with their columns.
@@ -201,7 +198,7 @@ unsafe fn interleave_columns<I: Element, O>(job: &Job<O>, columns: Range<usize>)
         return;
     };
     let source = interleave.source.cast::<I>();
-    for part in equal_parts(job.rows, interleave.pass) {
+    for part in equal_parts(job.rows, job.variant.pass_rows()) {
         let n = part.len();
         let (from, to) = (
             source.add(part.start * job.k),
