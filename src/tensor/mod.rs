@@ -28,6 +28,17 @@ pub enum Products {
     FloatRows,
 }
 
+/// Work beside a product `x @ weight.T` that a backend may do in the product's own passes
+/// ([`Tensor::fused_linear`]), with the bits of the operations apart.
+#[derive(Clone, Copy)]
+pub struct Fused<'a, T> {
+    /// `x` is `[.., 2 in]`, a feed-forward's gate then its up projection: the product takes
+    /// `silu(gate) · up`.
+    pub gated: bool,
+    /// Added to the product: a residual connection.
+    pub residual: Option<&'a T>,
+}
+
 static LINEAR_MULTIPLY_ADDS: AtomicU64 = AtomicU64::new(0);
 
 /// Multiply-adds of every `linear` product so far of the backends that count them (libtorch's,
@@ -227,6 +238,43 @@ pub trait Tensor: Clone + Sized + 'static {
     /// weight as `linear` takes it (packed or not).
     fn linear_rows(&self, weight: &Self, start: usize, len: usize) -> Self {
         self.linear(&weight.narrow(0, start, len))
+    }
+    /// `residual + x @ weight.T`, rounded as the product and the add apart are: a residual
+    /// connection around an output projection.
+    fn linear_add(&self, weight: &Self, residual: &Self) -> Self {
+        let fused = Fused {
+            gated: false,
+            residual: Some(residual),
+        };
+        self.fused_linear(weight, fused)
+            .unwrap_or_else(|| residual.add(&self.linear(weight)))
+    }
+    /// `(silu(gate) · up) @ weight.T` for `self` `[.., 2 hidden]`, the gate then the up
+    /// projection (a feed-forward's, from one product), plus `residual` where given; rounded
+    /// as those operations apart are.
+    fn gated_linear(&self, weight: &Self, residual: Option<&Self>) -> Self {
+        let fused = Fused {
+            gated: true,
+            residual,
+        };
+        if let Some(y) = self.fused_linear(weight, fused) {
+            return y;
+        }
+        let last = self.shape().len() - 1;
+        let hidden = self.shape()[last] / 2;
+        let gated = self
+            .narrow(last, 0, hidden)
+            .silu()
+            .mul(&self.narrow(last, hidden, hidden));
+        match residual {
+            Some(residual) => gated.linear_add(weight, residual),
+            None => gated.linear(weight),
+        }
+    }
+    /// The product with `fused`'s work done in its own passes, where this backend can for
+    /// these tensors (`linear_add` and `gated_linear` do the operations apart elsewhere).
+    fn fused_linear(&self, _weight: &Self, _fused: Fused<'_, Self>) -> Option<Self> {
+        None
     }
     /// The weight `[out, in]` made of `parts` (their rows one after another: one part, or a
     /// fused weight's) in the form `linear` multiplies fastest when only a few rows come at a

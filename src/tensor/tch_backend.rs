@@ -2,7 +2,7 @@
 //! NCL around each convolution here, inside the backend.
 
 use super::{
-    pool_attention_by_row, ConvKind, DType, PadMode, PoolRows, Products, RawTensor, Tensor,
+    pool_attention_by_row, ConvKind, DType, Fused, PadMode, PoolRows, Products, RawTensor, Tensor,
 };
 use tch::{Device, Kind};
 
@@ -100,7 +100,7 @@ fn few_rows_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
             return None;
         }
         // SAFETY: `w` is a contiguous CPU tensor of `E`'s kind with `out * k` values.
-        Some(unsafe { cpu_product(x, w, out as usize, kind, cpu_gemv::linear::<E>) })
+        Some(unsafe { few_rows_product::<E>(x, w, out as usize, kind) })
     }
 
     match x.kind() {
@@ -120,41 +120,146 @@ fn packed_outputs(w: &tch::Tensor) -> Option<i64> {
     }
 }
 
-/// `x @ w.T` for a weight packed by [`cpu_gemv::packed`], or `None` for any other weight.
-/// bf16 rows give bf16, f32 rows f32 (the product with the weight widened to f32).
-fn packed_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
-    use super::cpu_gemv::packed;
+/// `x @ w.T` for a weight packed by [`cpu_gemv::packed`], with `fused`'s work in its passes;
+/// `None` for any other weight, and for gated f32 rows or a residual not of the output's kind
+/// and shape (done apart). bf16 rows give bf16, f32 rows f32 (the product with the weight
+/// widened to f32).
+fn packed_linear(
+    x: &tch::Tensor,
+    w: &tch::Tensor,
+    fused: Fused<'_, TchTensor>,
+) -> Option<tch::Tensor> {
+    use super::cpu_gemv::packed::{self, Product, Rows};
+    use super::cpu_gemv::Element;
     use half::bf16;
 
-    let out = packed_outputs(w)? as usize;
+    let out = packed_outputs(w)?;
     let k = w.size()[1];
     let kind = x.kind();
+    if fused.gated && kind != Kind::BFloat16 {
+        return None;
+    }
+    let width = if fused.gated { 2 * k } else { k };
     assert!(
         x.device() == Device::Cpu
             && matches!(kind, Kind::BFloat16 | Kind::Float)
-            && x.size().last() == Some(&k),
-        "a packed weight multiplies bf16 or f32 rows of {k} values on the CPU, not {:?} {:?} on {:?}",
+            && x.size().last() == Some(&width),
+        "a packed weight multiplies bf16 or f32 rows of {width} values on the CPU, not {:?} {:?} on {:?}",
         kind,
         x.size(),
         x.device()
     );
-    // SAFETY: `pack_for_few_rows` made `w` a contiguous bf16 CPU tensor of `out * k` values,
-    // and `x` is a CPU tensor of `kind`.
-    Some(unsafe {
-        match kind {
-            Kind::BFloat16 => cpu_product(x, w, out, kind, packed::linear::<bf16, bf16>),
-            _ => cpu_product(x, w, out, kind, packed::linear::<f32, f32>),
+    let x = x.contiguous();
+    let mut shape = x.size();
+    *shape.last_mut().expect("at least one axis") = out;
+    let residual = match fused.residual {
+        Some(r) if r.0.kind() != kind || r.0.size() != shape || r.0.device() != Device::Cpu => {
+            return None
         }
+        r => r.map(|r| r.0.contiguous()),
+    };
+    let y = tch::Tensor::empty(&shape, (kind, Device::Cpu));
+    let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
+
+    /// # Safety
+    /// `x`, `residual` and `y` are contiguous CPU tensors of `E`'s kind, `y` new and not
+    /// shared; `w` is a packed weight.
+    unsafe fn run<E: Element>(
+        x: &tch::Tensor,
+        gated: bool,
+        w: &tch::Tensor,
+        residual: Option<&tch::Tensor>,
+        y: &tch::Tensor,
+        threads: usize,
+    ) {
+        let values =
+            |t: &tch::Tensor| std::slice::from_raw_parts(t.data_ptr() as *const E, t.numel());
+        let rows = match gated {
+            // Gated rows are bf16 (checked above).
+            true => Rows::Gated {
+                values: std::slice::from_raw_parts(x.data_ptr() as *const bf16, x.numel()),
+                silu: silu_table(),
+            },
+            false => Rows::Plain(values(x)),
+        };
+        let product = Product {
+            rows,
+            residual: residual.map(values),
+        };
+        let packed = std::slice::from_raw_parts(w.data_ptr() as *const bf16, w.numel());
+        let k = w.size()[1] as usize;
+        let y = std::slice::from_raw_parts_mut(y.data_ptr() as *mut E, y.numel());
+        packed::linear(product, packed, k, y, threads)
+    }
+    // SAFETY: as `run` asks: `x` and `residual` were made contiguous, of `kind` (checked), and
+    // `y` is new; `pack_for_few_rows` made `w`.
+    unsafe {
+        match kind {
+            Kind::BFloat16 => run::<bf16>(&x, fused.gated, w, residual.as_ref(), &y, threads),
+            _ => run::<f32>(&x, fused.gated, w, residual.as_ref(), &y, threads),
+        }
+    }
+    Some(y)
+}
+
+/// libtorch's SiLU of every bf16 value, indexed by its bits and widened to f32 (256 KB, made
+/// once): what a gated product's rows read, so that they hold the bits of libtorch's `silu`
+/// (tested).
+fn silu_table() -> &'static super::cpu_gemv::packed::SiluTable {
+    use half::bf16;
+    static TABLE: std::sync::OnceLock<Box<super::cpu_gemv::packed::SiluTable>> =
+        std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let bits: Vec<i16> = (0..=u16::MAX).map(|b| b as i16).collect();
+        let silu = tch::Tensor::from_slice(&bits)
+            .view_dtype(Kind::BFloat16)
+            .silu()
+            .contiguous();
+        let mut table = Box::new([0.0; 1 << 16]);
+        // SAFETY: `silu` is a contiguous CPU tensor of 65,536 bf16 values.
+        let values = unsafe { std::slice::from_raw_parts(silu.data_ptr() as *const bf16, 1 << 16) };
+        for (entry, value) in table.iter_mut().zip(values) {
+            *entry = value.to_f32();
+        }
+        table
     })
 }
 
 /// `x · wᵀ` on the CPU: a packed weight's kernel, the few-row kernel, widened bf16, or
 /// libtorch's product, the first that takes it.
 fn cpu_linear(x: &tch::Tensor, w: &tch::Tensor) -> tch::Tensor {
-    packed_linear(x, w)
+    let plain = Fused {
+        gated: false,
+        residual: None,
+    };
+    packed_linear(x, w, plain)
         .or_else(|| few_rows_linear(x, w))
         .or_else(|| widens_bf16_gemm().then(|| widened_linear(x, w)).flatten())
         .unwrap_or_else(|| x.linear::<tch::Tensor>(w, None))
+}
+
+/// The multiply-adds of a product of `inputs` values by `weight` (packed or not).
+fn multiply_adds(inputs: usize, weight: &TchTensor) -> u64 {
+    let out = packed_outputs(&weight.0)
+        .or_else(|| weight.0.size().first().copied())
+        .unwrap_or(0);
+    inputs as u64 * out.max(0) as u64
+}
+
+/// `product`, a CPU product of `inputs` values by `weight`, where it is made: its multiply-adds
+/// counted, and it timed by its rows.
+fn timed_cpu_product(
+    inputs: usize,
+    weight: &TchTensor,
+    product: impl FnOnce() -> Option<tch::Tensor>,
+) -> Option<TchTensor> {
+    let started = std::time::Instant::now();
+    let y = product()?;
+    let multiply_adds = multiply_adds(inputs, weight);
+    super::count_multiply_adds(multiply_adds);
+    let k = weight.0.size().get(1).copied().unwrap_or(1).max(1);
+    super::count_timed_product(inputs / k as usize, multiply_adds, started.elapsed());
+    Some(TchTensor::wrap(y))
 }
 
 /// Whether libtorch's attention of one query over many keys is slower than `cpu_small`'s loop:
@@ -310,19 +415,18 @@ fn cpu_rms_norm(x: &tch::Tensor, weight: &tch::Tensor, eps: f64) -> Option<tch::
     Some(y)
 }
 
-/// `kernel(x, w, k, y, threads)` on the values of CPU tensors: `x` `[.., k]` of `kind` (made
+/// [`super::cpu_gemv::linear`] on the values of CPU tensors: `x` `[.., k]` of `kind` (made
 /// contiguous here), the result `y` of `x`'s shape with `out` last, on libtorch's thread
 /// count.
 ///
 /// # Safety
-/// `w` is a contiguous CPU tensor of `W`'s kind holding `out * k` values, and `x` is a CPU
+/// `w` is a contiguous CPU tensor of `E`'s kind holding `out * k` values, and `x` is a CPU
 /// tensor of `E`'s kind (`kind`).
-unsafe fn cpu_product<E: Copy, W: Copy>(
+unsafe fn few_rows_product<E: super::cpu_gemv::Element>(
     x: &tch::Tensor,
     w: &tch::Tensor,
     out: usize,
     kind: Kind,
-    kernel: fn(&[E], &[W], usize, &mut [E], usize),
 ) -> tch::Tensor {
     let x = x.contiguous();
     let mut shape = x.size();
@@ -333,10 +437,10 @@ unsafe fn cpu_product<E: Copy, W: Copy>(
     // `x` and `y` are contiguous CPU tensors of exactly these lengths, `y` is new and not
     // shared, and `x` and `w` outlive the call.
     let x = std::slice::from_raw_parts(x.data_ptr() as *const E, rows * k);
-    let w = std::slice::from_raw_parts(w.data_ptr() as *const W, out * k);
+    let w = std::slice::from_raw_parts(w.data_ptr() as *const E, out * k);
     let y_values = std::slice::from_raw_parts_mut(y.data_ptr() as *mut E, rows * out);
     let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
-    kernel(x, w, k, y_values, threads);
+    super::cpu_gemv::linear(x, w, k, y_values, threads);
     y
 }
 
@@ -710,20 +814,22 @@ impl Tensor for TchTensor {
     }
 
     fn linear(&self, weight: &Self) -> Self {
-        let out = packed_outputs(&weight.0)
-            .or_else(|| weight.0.size().first().copied())
-            .unwrap_or(0);
-        let multiply_adds = self.0.numel() as u64 * out.max(0) as u64;
-        super::count_multiply_adds(multiply_adds);
         if self.0.device() != Device::Cpu {
+            super::count_multiply_adds(multiply_adds(self.0.numel(), weight));
             return Self::wrap(self.0.linear::<tch::Tensor>(&weight.0, None));
         }
-        let started = std::time::Instant::now();
-        let y = cpu_linear(&self.0, &weight.0);
-        let k = self.0.size().last().map_or(1, |&k| k.max(1));
-        let rows = (self.0.numel() as i64 / k) as usize;
-        super::count_timed_product(rows, multiply_adds, started.elapsed());
-        Self::wrap(y)
+        timed_cpu_product(self.0.numel(), weight, || {
+            Some(cpu_linear(&self.0, &weight.0))
+        })
+        .expect("a CPU product")
+    }
+
+    fn fused_linear(&self, weight: &Self, fused: Fused<'_, Self>) -> Option<Self> {
+        if self.0.device() != Device::Cpu {
+            return None;
+        }
+        let inputs = self.0.numel() / if fused.gated { 2 } else { 1 };
+        timed_cpu_product(inputs, weight, || packed_linear(&self.0, &weight.0, fused))
     }
 
     fn linear_rows(&self, weight: &Self, start: usize, len: usize) -> Self {
@@ -1268,6 +1374,83 @@ mod tests {
                 .double_value(&[]);
             let scale = plain.abs().max().double_value(&[]);
             assert!(err <= scale / 64.0, "{start}+{len}: {err} off");
+        }
+    }
+
+    /// The SiLU table holds libtorch's bits for every bf16 value, from its vectorised loop
+    /// (all the values, in reverse order) and from its scalar one (each value alone, as a
+    /// width's tail runs), so a gated product's rows are libtorch's `silu` at any position.
+    #[test]
+    fn the_silu_table_is_libtorchs_silu_of_every_bf16_value() {
+        let _guard = tch::no_grad_guard();
+        let table = silu_table();
+        let bits: Vec<i16> = (0..=u16::MAX).map(|b| b as i16).collect();
+        let all = tch::Tensor::from_slice(&bits).view_dtype(Kind::BFloat16);
+        let vectorised = all.flip([0]).silu().flip([0]).view_dtype(Kind::Int16);
+        let vectorised = Vec::<i16>::try_from(&vectorised).expect("i16 values");
+        let same = |i: usize, libtorch: i16| {
+            let (ours, theirs) = (table[i], half::bf16::from_bits(libtorch as u16).to_f32());
+            ours.to_bits() == theirs.to_bits() || (ours.is_nan() && theirs.is_nan())
+        };
+        for (i, &silu) in vectorised.iter().enumerate() {
+            assert!(same(i, silu), "value {i:#06x}, vectorised");
+        }
+        for i in 0..bits.len() {
+            let alone = all.narrow(0, i as i64, 1).silu().view_dtype(Kind::Int16);
+            assert!(
+                same(i, alone.int64_value(&[0]) as i16),
+                "value {i:#06x}, alone"
+            );
+        }
+    }
+
+    /// A packed product with a feed-forward's gating and a residual done in its passes gives
+    /// the bits of libtorch's operations apart around the packed product (SiLU, product, add),
+    /// for widths with and without the vectorised loop's tails; f32 gated rows and an add
+    /// that broadcasts are done apart.
+    #[test]
+    fn fused_products_equal_the_operations_apart() {
+        let _guard = tch::no_grad_guard();
+        let randn = |shape: &[i64], kind: Kind, scale: f64| {
+            TchTensor((tch::Tensor::randn(shape, (Kind::Float, Device::Cpu)) * scale).to_kind(kind))
+        };
+        for (k, rows, kind) in [
+            (64, 1, Kind::BFloat16),
+            (37, 7, Kind::BFloat16),
+            (3072, 24, Kind::BFloat16),
+            (40, 6, Kind::Float),
+        ] {
+            let w = randn(&[96, k], Kind::BFloat16, 1.0);
+            let packed = packed_panels(&[&w]).expect("bf16 whole panels pack");
+            let gate_up = randn(&[rows, 2 * k], kind, 4.0);
+            let x = randn(&[rows, k], kind, 1.0);
+            let residual = randn(&[rows, 96], kind, 8.0);
+            let (gate, up) = (
+                gate_up.narrow(1, 0, k as usize),
+                gate_up.narrow(1, k as usize, k as usize),
+            );
+            let gated = gate.silu().mul(&up).linear(&packed);
+            let cases = [
+                (
+                    gate_up.gated_linear(&packed, Some(&residual)),
+                    residual.add(&gated),
+                ),
+                (gate_up.gated_linear(&packed, None), gated),
+                (
+                    x.linear_add(&packed, &residual),
+                    residual.add(&x.linear(&packed)),
+                ),
+            ];
+            for (i, (fused, apart)) in cases.iter().enumerate() {
+                assert!(
+                    fused.0.equal(&apart.0),
+                    "{k} wide, {rows} rows, {kind:?}, case {i}"
+                );
+            }
+            // A residual that broadcasts.
+            let row = residual.narrow(0, 0, 1);
+            let fused = x.linear_add(&packed, &row);
+            assert!(fused.0.equal(&row.add(&x.linear(&packed)).0));
         }
     }
 
