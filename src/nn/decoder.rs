@@ -149,7 +149,7 @@ impl<T: Tensor> Decoder<T> {
             Some(scales) => normed.mul(&scales[i]),
             None => normed,
         };
-        h.add(&layer.feed_forward.forward(&normed))
+        layer.feed_forward.forward_add(&normed, h)
     }
 
     /// A pool of `slots` sequences of up to `positions` positions each, for these layers.
@@ -217,7 +217,7 @@ impl<T: Tensor> Decoder<T> {
             pool.keys[i].write_rows(&rows, &k);
             pool.values[i].write_rows(&rows, &a.split_heads(&v, a.n_kv_heads));
             let out = T::pool_attention(&q, &pool.keys[i], &pool.values[i], &rows, a.scale());
-            h = self.feed_forward(i, &h.add(&a.merge_heads(&out)));
+            h = self.feed_forward(i, &a.merge_heads_add(&out, &h));
         }
         self.norm.forward(&h)
     }
@@ -257,7 +257,7 @@ impl<T: Tensor> Decoder<T> {
             let seen = |p: &T| p.narrow(0, slot.index, 1).narrow(2, 0, start + len);
             let (keys, values) = (seen(&pool.keys[i]), seen(&pool.values[i]));
             let out = T::attention(&q, &keys, &values, mask.as_ref(), mask.is_none(), a.scale());
-            h = self.feed_forward(i, &h.add(&a.merge_heads(&out)));
+            h = self.feed_forward(i, &a.merge_heads_add(&out, &h));
         }
         let out = self.norm.forward(&h);
         if len > tokens {

@@ -313,12 +313,29 @@ impl<T: Tensor> FeedForward<T> {
     }
 
     pub fn forward(&self, x: &T) -> T {
+        self.down(x, None)
+    }
+
+    /// `residual + forward(x)`, the add done in the last product where the backend can.
+    pub fn forward_add(&self, x: &T, residual: &T) -> T {
+        self.down(x, Some(residual))
+    }
+
+    fn down(&self, x: &T, residual: Option<&T>) -> T {
+        if let Weights::Fused(gate_up) = &self.gate_up.weights {
+            // The gate and up halves side by side, as the last product can read them.
+            return x.linear(gate_up).gated_linear(&self.w2, residual);
+        }
         let [gate, up]: [T; 2] = self
             .gate_up
             .products(x)
             .try_into()
             .unwrap_or_else(|_| unreachable!("two weights"));
-        gate.silu().mul(&up).linear(&self.w2)
+        let gated = gate.silu().mul(&up);
+        match residual {
+            Some(residual) => gated.linear_add(&self.w2, residual),
+            None => gated.linear(&self.w2),
+        }
     }
 }
 
@@ -412,10 +429,17 @@ impl<T: Tensor> AttentionProj<T> {
 
     /// `[b, heads, l, head_dim]` -> `[b, l, dim]` through `wo`.
     pub fn merge_heads(&self, x: &T) -> T {
+        Self::merged(x).linear(&self.wo)
+    }
+
+    /// `residual + merge_heads(x)`, the add done in the product where the backend can.
+    pub fn merge_heads_add(&self, x: &T, residual: &T) -> T {
+        Self::merged(x).linear_add(&self.wo, residual)
+    }
+
+    fn merged(x: &T) -> T {
         let s = x.shape();
-        x.transpose(1, 2)
-            .reshape(&[s[0], s[2], s[1] * s[3]])
-            .linear(&self.wo)
+        x.transpose(1, 2).reshape(&[s[0], s[2], s[1] * s[3]])
     }
 
     pub fn scale(&self) -> f64 {

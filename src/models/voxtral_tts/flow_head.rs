@@ -55,8 +55,9 @@ impl<T: Tensor> FlowLayer<T> {
         let q = a.split_heads(&q, a.n_heads);
         let k = a.split_heads(&k, a.n_kv_heads);
         let v = a.split_heads(&v, a.n_kv_heads);
-        let h = first(x).add(&a.merge_heads(&T::attention(&q, &k, &v, None, false, a.scale())));
-        h.add(&self.feed_forward.forward(&self.ffn_norm.forward(&h)))
+        let h = a.merge_heads_add(&T::attention(&q, &k, &v, None, false, a.scale()), &first(x));
+        self.feed_forward
+            .forward_add(&self.ffn_norm.forward(&h), &h)
     }
 }
 
