@@ -354,39 +354,25 @@ extern "C" fn run_share<O: Element>(job: *mut c_void) {
     while job.widen.done.load(Ordering::Acquire) < threads {
         std::hint::spin_loop();
     }
+    // One panel at a time: a thread that the machine slows (another guest on its core, an
+    // efficiency core) takes fewer, and the threads finish at most a panel apart. (Chunks of a
+    // shrinking share of the panels left, a quarter first, let a thread slowed inside a long
+    // chunk keep the other waiting: with AVX2 the mid-size flow head at 4 streams spent 8 to
+    // 10 ms a step with one thread done and the other not, 1.6 to 2.1 ms one panel at a
+    // time, and took 2 to 4% less time; with AVX-512, within 1% either way.)
     let claim = || {
-        let mut start = job.claimed.load(Ordering::Relaxed);
-        while start < panels {
-            let end = start + ((panels - start) / (threads * SHARE_OF_LEFT)).max(1);
-            match job.claimed.compare_exchange_weak(
-                start,
-                end,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Some(start..end),
-                Err(now) => start = now,
-            }
-        }
-        None
+        let panel = job.claimed.fetch_add(1, Ordering::Relaxed);
+        (panel < panels).then_some(panel)
     };
-    // Each chunk claimed before the last one runs, so that its first panel is fetched
-    // during the passes over the last one's last panel.
+    // Each panel claimed before the last one runs, so that it is fetched during the passes
+    // over the last one.
     let mut current = claim();
-    while let Some(panels) = current {
+    while let Some(panel) = current {
         current = claim();
-        // SAFETY: each chunk is claimed once, and is within the panels.
-        unsafe { job.run(panels, current.as_ref().map(|next| next.start)) };
+        // SAFETY: each panel is claimed once, and is within the panels.
+        unsafe { job.run(panel..panel + 1, current) };
     }
 }
-
-/// The threads claim chunks of panels in turn, each `1 / (SHARE_OF_LEFT * threads)` of the
-/// panels left (at least one): a thread that the machine slows (another guest on its core, an
-/// efficiency core) takes fewer, the first chunks are long runs for the prefetchers, and the
-/// last are a panel or two, so the threads finish together. (Chunks of a fixed eighth of the
-/// panels with two threads left up to one for a thread to finish alone: the mid-size flow
-/// head at 4 streams took from 1% less to 7% more time with AVX2, 6% more with AVX-512.)
-const SHARE_OF_LEFT: usize = 2;
 
 impl Variant {
     /// The most rows a pass over a panel takes with this variant's loop.
@@ -928,8 +914,8 @@ mod tests {
     /// The public entry, threaded, against the reference.
     #[test]
     fn linear_over_threads_equals_the_reference() {
-        // Chunks shrinking to one panel from two, ten (two threads) and six (three); the
-        // inputs widened by the threads in shares of eight columns, the last one short.
+        // Panels claimed one at a time by two and three threads; the inputs widened by the
+        // threads in shares of eight columns, the last one short.
         for (panels, k, threads, rows) in [
             (8, 1024, 2, 7),
             (40, 256, 2, 7),
