@@ -307,7 +307,7 @@ impl<O> Widen<O> {
 /// `job.widen.source` is an `S`, and no other thread writes these columns.
 unsafe fn widen_columns<S: Source, O>(job: &Job<O>, columns: Range<usize>) {
     let source = &*job.widen.source.cast::<S>();
-    for part in equal_parts(job.rows, job.variant.pass_rows()) {
+    for part in equal_parts(job.rows, job.variant.pass_rows(job.rows)) {
         let (n, to) = (part.len(), job.inputs.add(part.start * job.k));
         #[cfg(target_arch = "x86_64")]
         let scalar = match n {
@@ -375,11 +375,14 @@ extern "C" fn run_share<O: Element>(job: *mut c_void) {
 }
 
 impl Variant {
-    /// The most rows a pass over a panel takes with this variant's loop.
-    fn pass_rows(self) -> usize {
+    /// The most rows a pass over a panel takes with this variant's loop, for a product of
+    /// `rows` rows.
+    fn pass_rows(self, rows: usize) -> usize {
         match self {
             #[cfg(target_arch = "x86_64")]
             Variant::Avx512F | Variant::Avx512Bf16 | Variant::Amx => x86::ROWS_512,
+            #[cfg(target_arch = "x86_64")]
+            Variant::Avx2Fma if x86::whole_panels_avx2(rows) => x86::ROWS_WHOLE,
             #[cfg(target_arch = "x86_64")]
             Variant::Avx2Fma => x86::ROWS_256,
             _ => 1,
@@ -463,6 +466,8 @@ mod x86 {
     pub(super) const ROWS_512: usize = 12;
     /// With AVX2: 6 x 2 of the 16, for half a panel at a time.
     pub(super) const ROWS_256: usize = 6;
+    /// With AVX2, for a whole panel at a time: 3 x 4 of the 16.
+    pub(super) const ROWS_WHOLE: usize = 3;
 
     /// Widens and interleaves the columns of `n` rows (at most 16) of `source` from row
     /// `first` into `[k][n]`, eight columns at a time from `columns.start`, with 8x8
@@ -571,33 +576,26 @@ mod x86 {
         step: usize,
     }
 
-    /// What pass `pass` of a panel's `passes` fetches of `next`, this thread's next panel.
-    /// The first pass reads the current panel, whose lines may still be arriving, and fetches
-    /// nothing unless it is the only pass; the later passes share `next` in order, each from
-    /// its part's start, one line every `2^s` steps with `2^s` the largest power of two not
-    /// above their number (at most 32, a line a step per value: past 32 parts, a prompt's
-    /// hundreds of rows, a part runs on ahead). Their parts cover the panel (overlapping where
-    /// that number is not a power of two, the last then running on into the panel after it,
-    /// which a prefetch may), and memory is read at the pace of the multiply-adds: with AVX2
-    /// and 24 rows, each of the seven later passes fetched the whole of `next` before, its
-    /// requests crowded into the second pass, and the loop waited on them.
+    /// What pass `pass` of a panel's `passes` fetches of `next`, this thread's next panel: every
+    /// pass an equal share, in order, each from its share's start, `PANEL / passes` values a
+    /// step rounded up (a line every `passes` steps, or a little more often), so that memory is
+    /// read at an even pace from the first pass to the last. (The first pass fetched nothing
+    /// before, for fear of slowing the reads of the panel it multiplies, and the later ones
+    /// the whole of `next` between them. Measured with AVX2, 2 threads, weights beyond the
+    /// caches: 6 rows 13-16% faster, 8 rows 4-6%, 12 rows 10%, 24 rows 2-7%; AVX-512, 24 rows
+    /// 7-9%, up to 12 rows one pass, unchanged. The mid-size flow head alternated in one
+    /// process: one stream 42.0 → 36.6 ms, four 86.0 → 81.6 with the passes below.) Past 32
+    /// passes (a prompt's rows), the shares overlap, each running on ahead, which a prefetch
+    /// may, as does the last one's end past the panel's.
     fn share_of_next(
         next: Option<*const bf16>,
         k: usize,
         pass: usize,
         passes: usize,
     ) -> Option<Fetch> {
-        let next = next?;
-        if passes == 1 {
-            return Some(Fetch {
-                from: next,
-                step: PANEL,
-            });
-        }
-        let (part, parts) = (pass.checked_sub(1)?, passes - 1);
         Some(Fetch {
-            from: next.wrapping_add(part * k / parts * PANEL),
-            step: PANEL >> parts.ilog2().min(PANEL.ilog2()),
+            from: next?.wrapping_add(pass * k / passes * PANEL),
+            step: PANEL.div_ceil(passes),
         })
     }
 
@@ -615,11 +613,11 @@ mod x86 {
     }
 
     /// One panel, in passes of at most 12 rows. The first pass reads the weights from memory
-    /// and the later ones from L2, so the later passes fetch `next` (this thread's next panel)
-    /// into L2 ([`share_of_next`]): memory stays busy while they multiply, and the next first
-    /// pass finds its lines near. (Measured on the flow head's matrices, 24 rows, 2 threads,
-    /// weights beyond the caches: 274 to 292 GFLOP/s, 226 to 242 without.) A lone pass (up to
-    /// 12 rows) fetches `next` itself: one stream's flow head took a quarter less time.
+    /// and the later ones from L2, and the passes fetch `next` (this thread's next panel) into
+    /// L2 ([`share_of_next`]): memory stays busy while they multiply, and the next first pass
+    /// finds its lines near. (Measured on the flow head's matrices, 24 rows, 2 threads,
+    /// weights beyond the caches: 274 to 292 GFLOP/s, 226 to 242 without; a lone pass
+    /// fetching `next`, one stream's flow head took a quarter less time.)
     #[target_feature(enable = "avx512f,avx512bw")]
     pub(super) unsafe fn panel_avx512<O: Element>(
         job: &Job<O>,
@@ -680,8 +678,9 @@ mod x86 {
         }
     }
 
-    /// One panel, half at a time, in passes of at most 6 rows; the passes after the first
-    /// share the fetch of `next` as with AVX-512.
+    /// One panel in passes of whole panels, each of at most [`ROWS_WHOLE`] rows, or of half
+    /// panels, at most [`ROWS_256`] rows, as [`whole_panels_avx2`] chooses; the passes share
+    /// the fetch of `next` as with AVX-512.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn panel_avx2<O: Element>(
         job: &Job<O>,
@@ -689,34 +688,53 @@ mod x86 {
         next: Option<*const bf16>,
         y: *mut O,
     ) {
-        // Lanes 0-7 of a line hold outputs 0-7 and 16-23; lanes 8-15, outputs 8-15 and 24-31.
-        let per_half = job.rows.div_ceil(ROWS_256);
+        let (halves, most) = match whole_panels_avx2(job.rows) {
+            true => (0..1, ROWS_WHOLE),
+            false => (0..2, ROWS_256),
+        };
+        let per_half = job.rows.div_ceil(most);
+        let passes = halves.len() * per_half;
         let idle = Fetch {
             from: w,
             step: PANEL,
         };
-        for half in 0..2 {
-            for (pass, rows) in equal_parts(job.rows, ROWS_256).enumerate() {
+        for half in halves {
+            for (pass, rows) in equal_parts(job.rows, most).enumerate() {
                 let r = rows.start;
-                let fetch = share_of_next(next, job.k, half * per_half + pass, 2 * per_half);
+                let fetch = share_of_next(next, job.k, half * per_half + pass, passes);
                 macro_rules! tile {
-                    ($($n:literal)*) => {
+                    ($whole:literal, $($n:literal)*) => {
                         match (rows.len(), fetch) {
                             $(
-                                ($n, Some(fetch)) => tile_avx2::<O, $n, true>(job, w, fetch, half, r, y),
-                                ($n, None) => tile_avx2::<O, $n, false>(job, w, idle, half, r, y),
+                                ($n, Some(fetch)) => tile_avx2::<O, $n, true, $whole>(job, w, fetch, half, r, y),
+                                ($n, None) => tile_avx2::<O, $n, false, $whole>(job, w, idle, half, r, y),
                             )*
-                            _ => unreachable!("1 to {ROWS_256} rows"),
+                            _ => unreachable!("1 to {most} rows"),
                         }
                     };
                 }
-                tile!(1 2 3 4 5 6);
+                match most {
+                    ROWS_WHOLE => tile!(true, 1 2 3),
+                    _ => tile!(false, 1 2 3 4 5 6),
+                }
             }
         }
     }
 
+    /// Whether a pass of the AVX2 loop covers a whole panel (four vectors of outputs for up to
+    /// three rows) rather than half of one (two for up to six): where that takes fewer passes,
+    /// 1-3 rows, 7-9, 13-15 and so on. The accumulators are as many (12 of the 16 registers),
+    /// and fewer passes over the panel's lines wait less on them. (Measured with 2 threads,
+    /// weights beyond the caches: 1-3 rows 14-17% faster, 8 rows 2-4%, 14 and 20 rows within
+    /// 2% either way; with 24, whole panels were 4-6% slower. The mid-size flow head at 4
+    /// streams, alternated in one process: 0.7-2.2% less time.)
+    pub(super) fn whole_panels_avx2(rows: usize) -> bool {
+        rows.div_ceil(ROWS_WHOLE) < 2 * rows.div_ceil(ROWS_256)
+    }
+
+    /// `R` rows times the panel's half `half`, or with `WHOLE` the whole panel (`half` 0).
     #[inline(always)]
-    unsafe fn tile_avx2<O: Element, const R: usize, const FETCH: bool>(
+    unsafe fn tile_avx2<O: Element, const R: usize, const FETCH: bool, const WHOLE: bool>(
         job: &Job<O>,
         w: *const bf16,
         fetch: Fetch,
@@ -724,28 +742,43 @@ mod x86 {
         r0: usize,
         y: *mut O,
     ) {
-        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        // Lanes 0-7 of a line hold outputs 0-7 and 16-23; lanes 8-15, outputs 8-15 and 24-31.
+        let halves = if WHOLE { 2 } else { 1 };
+        let mut acc = [[[_mm256_setzero_ps(); 2]; R]; 2];
         let zero = _mm256_setzero_si256();
         for kk in 0..job.k {
             fetch_ahead::<FETCH>(w, fetch, kk);
-            let line = _mm256_loadu_si256(w.add(kk * PANEL + half * PANEL / 2).cast());
-            let first = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, line));
-            let second = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, line));
             // The pass's `R` values for this `k`, side by side (see `widened`).
             let inputs = job.inputs.add(r0 * job.k + kk * R);
-            for (r, sums) in acc.iter_mut().enumerate() {
-                let x = _mm256_set1_ps(*inputs.add(r));
-                sums[0] = _mm256_fmadd_ps(first, x, sums[0]);
-                sums[1] = _mm256_fmadd_ps(second, x, sums[1]);
+            for (h, tile) in acc.iter_mut().take(halves).enumerate() {
+                let at = kk * PANEL + (half + h) * PANEL / 2;
+                let line = _mm256_loadu_si256(w.add(at).cast());
+                let first = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, line));
+                let second = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, line));
+                for (r, sums) in tile.iter_mut().enumerate() {
+                    // The second half reads each value again: kept from the first, three
+                    // values beside 12 accumulators and the line's two vectors outnumbered
+                    // the 16 registers, and the compiler moved two accumulators to the stack
+                    // (24 rows 35% slower).
+                    let value = match h {
+                        0 => *inputs.add(r),
+                        _ => std::ptr::read_volatile(inputs.add(r)),
+                    };
+                    let x = _mm256_set1_ps(value);
+                    sums[0] = _mm256_fmadd_ps(first, x, sums[0]);
+                    sums[1] = _mm256_fmadd_ps(second, x, sums[1]);
+                }
             }
         }
         let mut sums = [0.0f32; 8];
-        for (r, tile) in acc.iter().enumerate() {
-            let row = y.add((r0 + r) * job.out + half * 8);
-            _mm256_storeu_ps(sums.as_mut_ptr(), tile[0]);
-            store(job, row, &sums);
-            _mm256_storeu_ps(sums.as_mut_ptr(), tile[1]);
-            store(job, row.add(PANEL / 2), &sums);
+        for (h, tile) in acc.iter().take(halves).enumerate() {
+            for (r, vectors) in tile.iter().enumerate() {
+                let row = y.add((r0 + r) * job.out + (half + h) * 8);
+                _mm256_storeu_ps(sums.as_mut_ptr(), vectors[0]);
+                store(job, row, &sums);
+                _mm256_storeu_ps(sums.as_mut_ptr(), vectors[1]);
+                store(job, row.add(PANEL / 2), &sums);
+            }
         }
     }
 }
