@@ -174,6 +174,9 @@ impl fmt::Display for Variant {
 /// An element type the kernel multiplies.
 pub trait Element: Copy + Send + Sync + 'static {
     const ZERO: Self;
+    /// Whether this is bf16 (the other is f32): the packed kernel's vector stores round and
+    /// narrow it.
+    const BF16: bool;
     /// The finished f32 sum as this type (rounded to nearest even for bf16, as libtorch does).
     fn from_sum(sum: f32) -> Self;
     fn to_f32(self) -> f32;
@@ -218,6 +221,7 @@ impl<E: Element> Kernel<E> {
 
 impl Element for bf16 {
     const ZERO: Self = bf16::ZERO;
+    const BF16: bool = true;
 
     // Both with integer operations, so that loops over them vectorise (the `half` crate's
     // conversions branch on NaN); the same bits as the crate's (tested).
@@ -263,6 +267,7 @@ impl Element for bf16 {
 
 impl Element for f32 {
     const ZERO: Self = 0.0;
+    const BF16: bool = false;
 
     #[inline(always)]
     fn from_sum(sum: f32) -> Self {
