@@ -378,6 +378,8 @@ impl Variant {
     /// The most rows a pass over a panel takes with this variant's loop, for a product of
     /// `rows` rows.
     fn pass_rows(self, rows: usize) -> usize {
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = rows;
         match self {
             #[cfg(target_arch = "x86_64")]
             Variant::Avx512F | Variant::Avx512Bf16 | Variant::Amx => x86::ROWS_512,
