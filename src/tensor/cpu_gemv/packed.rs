@@ -264,14 +264,11 @@ impl Source for Gated {
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn get8(&self, r: usize, c: usize, k: usize) -> std::arch::x86_64::__m256 {
-        use std::arch::x86_64::{self as arch, __m128i};
-        let bits = |at: usize| {
-            let halves = arch::_mm_loadu_si128(self.values.add(at).cast::<__m128i>());
-            arch::_mm256_cvtepu16_epi32(halves)
-        };
-        let silu = arch::_mm256_i32gather_ps::<4>(self.silu, bits(2 * r * k + c));
-        let up = arch::_mm256_slli_epi32::<16>(bits((2 * r + 1) * k + c));
-        x86::round_to_bf16(arch::_mm256_mul_ps(silu, arch::_mm256_castsi256_ps(up)))
+        use std::arch::x86_64 as arch;
+        let gate = x86::bf16_bits(self.values.add(2 * r * k + c));
+        let silu = arch::_mm256_i32gather_ps::<4>(self.silu, gate);
+        let up = x86::widen_bf16(self.values.add((2 * r + 1) * k + c));
+        x86::round_to_bf16(arch::_mm256_mul_ps(silu, up))
     }
 }
 
@@ -541,6 +538,18 @@ mod x86 {
         ]
     }
 
+    /// The bits of eight bf16 values from `at`, each in a 32-bit lane.
+    #[inline(always)]
+    pub(super) unsafe fn bf16_bits(at: *const bf16) -> __m256i {
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(at.cast()))
+    }
+
+    /// Eight bf16 values from `at`, widened to f32 (each the top half of its lane).
+    #[inline(always)]
+    pub(super) unsafe fn widen_bf16(at: *const bf16) -> __m256 {
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(bf16_bits(at)))
+    }
+
     /// `v` rounded to bf16 (to nearest even, NaNs made quiet) and widened back, as
     /// [`Element::from_sum`] and [`Element::to_f32`] do for each value.
     #[inline(always)]
@@ -569,9 +578,7 @@ mod x86 {
         if O::BF16 {
             let mut v = round_to_bf16(sums);
             if let Some(residual) = residual {
-                let halves = _mm_loadu_si128(residual.cast());
-                let widened = _mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(halves));
-                v = round_to_bf16(_mm256_add_ps(v, _mm256_castsi256_ps(widened)));
+                v = round_to_bf16(_mm256_add_ps(v, widen_bf16(residual.cast())));
             }
             let bits = _mm256_srli_epi32::<16>(_mm256_castps_si256(v));
             let halves = _mm_packus_epi32(
@@ -716,7 +723,8 @@ mod x86 {
         next: Option<*const bf16>,
         y: *mut O,
     ) {
-        let (halves, most) = match whole_panels_avx2(job.rows) {
+        let whole = whole_panels_avx2(job.rows);
+        let (halves, most) = match whole {
             true => (0..1, ROWS_WHOLE),
             false => (0..2, ROWS_256),
         };
@@ -741,9 +749,9 @@ mod x86 {
                         }
                     };
                 }
-                match most {
-                    ROWS_WHOLE => tile!(true, 1 2 3),
-                    _ => tile!(false, 1 2 3 4 5 6),
+                match whole {
+                    true => tile!(true, 1 2 3),
+                    false => tile!(false, 1 2 3 4 5 6),
                 }
             }
         }
