@@ -225,11 +225,16 @@ pub trait Tensor: Clone + Sized + 'static {
     fn elu(&self) -> Self;
     /// Round to nearest, ties to even (what `torch.round` does).
     fn round(&self) -> Self;
+    /// `max(x, 0)` in every dtype. Bounds are infinite, never `f32::MAX`, which a bf16
+    /// tensor's clamp refuses as an overflow.
+    fn relu(&self) -> Self {
+        self.clamp(0.0, f32::INFINITY)
+    }
     /// `x` where positive, `slope · x` elsewhere (HiFi-GAN), for `0 ≤ slope ≤ 1`. The default
     /// sums the two clamped halves, which gives exactly `x` or `slope · x` per element.
     fn leaky_relu(&self, slope: f32) -> Self {
-        self.clamp(0.0, f32::MAX)
-            .add(&self.clamp(f32::MIN, 0.0).scale(slope))
+        self.relu()
+            .add(&self.clamp(f32::NEG_INFINITY, 0.0).scale(slope))
     }
 
     /// `x @ weight.T` for `weight` `[out, in]`, or as packed by `pack_for_few_rows`.
@@ -756,9 +761,7 @@ pub(crate) mod conformance {
     pub fn leaky_relu_is_exact<T: Tensor>(device: &T::Device) {
         let x = [-6.0f32, -1.3, -0.25, -0.0, 0.0, 0.3, 4.5];
         let t = T::from_f32(device, &x, &[1, 7], DType::F32);
-        let default = t
-            .clamp(0.0, f32::MAX)
-            .add(&t.clamp(f32::MIN, 0.0).scale(0.1));
+        let default = t.relu().add(&t.clamp(f32::NEG_INFINITY, 0.0).scale(0.1));
         for got in [t.leaky_relu(0.1).to_vec_f32(), default.to_vec_f32()] {
             for (g, x) in got.iter().zip(x) {
                 let want = if x > 0.0 { x } else { x * 0.1 };

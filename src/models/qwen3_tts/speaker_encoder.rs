@@ -56,7 +56,7 @@ impl<T: Tensor> SameConv<T> {
 
     /// The conv followed by ReLU: a `TimeDelayNetBlock`.
     fn relu(&self, x: &T) -> T {
-        self.forward(x).clamp(0.0, f32::MAX)
+        self.forward(x).relu()
     }
 }
 

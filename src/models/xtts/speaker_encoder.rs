@@ -72,10 +72,6 @@ impl<T: Tensor> Affine<T> {
     }
 }
 
-fn relu<T: Tensor>(x: &T) -> T {
-    x.clamp(0.0, f32::MAX)
-}
-
 /// Keeps every other row of `x` `[rows, time, channels]` (rows is even), from row 0.
 fn even_rows<T: Tensor>(x: &T) -> T {
     let s = x.shape();
@@ -247,14 +243,14 @@ impl<T: Tensor> Block<T> {
     }
 
     fn forward(&self, x: &T, device: &T::Device) -> T {
-        let out = self.bn1.forward(&relu(&self.conv1.forward(x)));
+        let out = self.bn1.forward(&self.conv1.forward(x).relu());
         let out = self.bn2.forward(&self.conv2.forward(&out));
         let out = self.se.forward(&out, device);
         let residual = match &self.downsample {
             Some((weight, bn)) => bn.forward(&even_rows(x).conv1d(weight, 2)),
             None => x.clone(),
         };
-        relu(&out.add(&residual))
+        out.add(&residual).relu()
     }
 }
 
@@ -427,7 +423,7 @@ impl<T: Tensor> SpeakerEncoder<T> {
         let normed = instance_norm(&self.front.log_mel(clip)?, mels);
         let time = normed.len() / mels;
         let image = T::from_f32(&self.device, &normed, &[mels, time, 1], self.dtype);
-        let mut x = self.bn1.forward(&relu(&self.conv1.forward(&image)));
+        let mut x = self.bn1.forward(&self.conv1.forward(&image).relu());
         for block in &self.blocks {
             x = block.forward(&x, &self.device);
         }
@@ -442,7 +438,7 @@ impl<T: Tensor> SpeakerEncoder<T> {
         let (w_out, b_out) = &self.attention_out;
         let hidden = self
             .attention_bn
-            .forward(&relu(&features.linear(w_in).add(b_in)));
+            .forward(&features.linear(w_in).add(b_in).relu());
         let logits = hidden.linear(w_out).add(b_out).to_vec_f32();
         Ok(self.pool_and_project(&features.to_vec_f32(), &logits, time))
     }

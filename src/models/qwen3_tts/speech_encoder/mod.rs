@@ -181,7 +181,9 @@ impl<T: Tensor> SpeechEncoder<T> {
         };
         let valid = config.encoder_valid_num_quantizers;
         let semantic_count = c.num_semantic_quantizers.min(valid);
-        let q = l.scoped("quantizer.");
+        // The quantizers measure distances in f32 whatever the model's dtype: `encode` hands
+        // them f32 latents, so their projections are f32 too.
+        let q = l.scoped("quantizer.").with_dtype(DType::F32);
         let semantic = ResidualQuantizer::load(
             &q.scoped("semantic_residual_vector_quantizer."),
             c,
