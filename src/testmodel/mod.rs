@@ -7,6 +7,7 @@
 //! Behind the cargo feature `testmodel` (on by default): the production library does not
 //! need it.
 
+mod endless;
 mod qwen3_tts;
 pub(crate) mod tekken;
 mod voxtral_realtime;
@@ -15,6 +16,7 @@ mod xtts_vocab;
 pub mod xtts_vocoder;
 
 pub use qwen3_tts::{
+    cached_endless_test_model as cached_endless_qwen3_test_model,
     cached_test_model as cached_qwen3_test_model,
     make_published_size_model as make_qwen3_published_size_model,
     make_test_model as make_qwen3_test_model, Qwen3Preset,
@@ -657,10 +659,34 @@ pub fn cached_test_model(preset: Preset, seed: u64) -> Result<PathBuf> {
     })
 }
 
+/// [`cached_test_model`]'s checkpoint, but one that never says END_AUDIO
+/// ([`endless::never_end_audio`]): every request runs to its frame limit on every CPU.
+pub fn cached_endless_test_model(preset: Preset, seed: u64) -> Result<PathBuf> {
+    let name = format!("{}-endless", preset.name());
+    cached_folder(&name, seed, "consolidated.safetensors", |dir| {
+        make_test_model(dir, preset, seed)?;
+        endless::never_end_audio(&dir.join("consolidated.safetensors"))
+    })
+}
+
 /// The `xtts-tiny` folder under `target/test-models/`, made on first use.
 pub fn cached_xtts_test_model(seed: u64) -> Result<PathBuf> {
     cached_folder("xtts-tiny", seed, "model.safetensors", |dir| {
         make_xtts_test_model(dir, XttsPreset::Tiny, seed)
+    })
+}
+
+/// [`cached_xtts_test_model`]'s folder, but one whose GPT never picks the stop code
+/// ([`endless::never_stop_audio`]): requests run to their code limit on every CPU.
+pub fn cached_endless_xtts_test_model(seed: u64) -> Result<PathBuf> {
+    cached_folder("xtts-tiny-endless", seed, "model.safetensors", |dir| {
+        make_xtts_test_model(dir, XttsPreset::Tiny, seed)?;
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json"))?)?;
+        let stop = config["model_args"]["gpt_stop_audio_token"]
+            .as_u64()
+            .context("config.json has no gpt_stop_audio_token")?;
+        endless::never_stop_audio(&dir.join("model.safetensors"), stop as usize)
     })
 }
 
@@ -709,6 +735,7 @@ fn generator_digest() -> String {
     use std::hash::{DefaultHasher, Hash, Hasher};
     let sources = [
         include_str!("mod.rs"),
+        include_str!("endless.rs"),
         include_str!("qwen3_tts.rs"),
         include_str!("tekken.rs"),
         include_str!("voxtral_realtime.rs"),

@@ -822,6 +822,23 @@ pub fn cached_test_model(preset: Qwen3Preset, seed: u64) -> Result<PathBuf> {
     })
 }
 
+/// [`cached_test_model`]'s checkpoint, but one whose talker never picks EOS
+/// ([`super::endless::never_end_codec`]): greedy requests run to their frame limit on every
+/// CPU.
+pub fn cached_endless_test_model(preset: Qwen3Preset, seed: u64) -> Result<PathBuf> {
+    let name = format!("{}-endless", preset.name());
+    cached_folder(&name, seed, "model.safetensors", |dir| {
+        make_test_model(dir, preset, seed)?;
+        let text = std::fs::read_to_string(dir.join("config.json"))?;
+        let talker = Qwen3TtsConfig::from_json(&text, "config.json")?.talker_config;
+        super::endless::never_end_codec(
+            &dir.join("model.safetensors"),
+            talker.codec_eos_token_id as usize,
+            talker.code_predictor_config.vocab_size,
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
