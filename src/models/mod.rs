@@ -109,7 +109,7 @@ impl FolderConfig {
 
 fn read_json(path: &Path) -> Result<(String, Value), LoadError> {
     let text = std::fs::read_to_string(path).map_err(|e| LoadError::io(path, e))?;
-    let json = serde_json::from_str(&text)
+    let json = crate::nn::config_json::parse(&text)
         .map_err(|e| LoadError::invalid(path.display().to_string(), "(json)", e.to_string()))?;
     Ok((text, json))
 }

@@ -3,6 +3,7 @@
 //! with its slot KV pool; token sampling as Hugging Face `generate` does it.
 
 pub mod checkpoint;
+pub mod config_json;
 pub mod decoder;
 mod error;
 pub mod kv_pool;

@@ -406,9 +406,11 @@ impl SpeechTokenizerConfig {
     }
 }
 
-/// Deserializes `text`; an error names the key path where it failed.
+/// Deserializes `text` (as Python's json writes it); an error names the key path where it
+/// failed.
 fn parse<T: DeserializeOwned>(text: &str, file: &str) -> Result<T, LoadError> {
-    let mut de = serde_json::Deserializer::from_str(text);
+    let text = crate::nn::config_json::strict(text);
+    let mut de = serde_json::Deserializer::from_str(&text);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let key = e.path().to_string();
         LoadError::invalid(file, key, e.into_inner().to_string())

@@ -117,7 +117,7 @@ fn check_folder(model: &Path) -> Result<()> {
     let config = model.join("config.json");
     let text = std::fs::read_to_string(&config)
         .with_context(|| format!("{}: not an XTTS-v2 model folder", model.display()))?;
-    let json: serde_json::Value = serde_json::from_str(&text)
+    let json = crate::nn::config_json::parse(&text)
         .with_context(|| format!("{}: not valid JSON", config.display()))?;
     if json["model"] != "xtts" {
         bail!(

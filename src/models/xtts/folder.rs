@@ -6,6 +6,7 @@
 use super::checkpoint::{GPT_COND_LATENT, MODEL_PTH, SPEAKERS_PTH, SPEAKER_EMBEDDING};
 use super::convert::{MODEL_SAFETENSORS, SPEAKERS_SAFETENSORS};
 use crate::nn::checkpoint::Checkpoint;
+use crate::nn::config_json;
 use crate::nn::LoadError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -34,7 +35,7 @@ impl XttsFolder {
         let config_path = dir.join(CONFIG_JSON);
         let text =
             std::fs::read_to_string(&config_path).map_err(|e| LoadError::io(&config_path, e))?;
-        let config: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        let config = config_json::parse(&text).map_err(|e| {
             LoadError::invalid(config_path.display().to_string(), "(json)", e.to_string())
         })?;
         if config["model"] != "xtts" {

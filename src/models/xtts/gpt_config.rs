@@ -1,10 +1,10 @@
 //! What the GPT side reads from `config.json` (`model_args` and the inference defaults, under
-//! their published names) and from `vocab.json` (the text start and stop ids, which
-//! `Xtts.init_models` takes from the tokenizer rather than from the config).
+//! their published names) and from the tokenizer (the text token count and the start and stop
+//! ids, which `Xtts.init_models` takes from `vocab.json` rather than from the config).
 
+use super::tokenizer::XttsTokenizer;
 use crate::nn::LoadError;
 use serde::Deserialize;
-use std::path::Path;
 
 /// `model_args`' GPT fields.
 #[derive(Clone, Debug, Deserialize)]
@@ -61,17 +61,27 @@ pub struct GptConfig {
 }
 
 impl GptConfig {
-    /// From the parsed `config.json` (`file` names it in errors) and the `vocab.json` at
-    /// `vocab`.
+    /// From the parsed `config.json` (`file` names it in errors) and the tokenizer of its
+    /// `vocab.json`.
     pub fn from_json(
         config: &serde_json::Value,
         file: &str,
-        vocab: &Path,
+        tokenizer: &XttsTokenizer,
     ) -> Result<Self, LoadError> {
         let invalid =
             |key: &str, e: serde_json::Error| LoadError::invalid(file, key, e.to_string());
-        let args: GptArgs = serde_json::from_value(config["model_args"].clone())
-            .map_err(|e| invalid("model_args", e))?;
+        let mut model_args = config["model_args"].clone();
+        // Configs written for a new vocabulary leave the count `null`: the reference counts
+        // the tokenizer's tokens (it always does, and a checkpoint of another size fails its
+        // load, so a count the config gives is that one).
+        if let Some(count) = model_args
+            .get_mut("gpt_number_text_tokens")
+            .filter(|count| count.is_null())
+        {
+            *count = tokenizer.number_of_tokens().into();
+        }
+        let args: GptArgs =
+            serde_json::from_value(model_args).map_err(|e| invalid("model_args", e))?;
         let defaults: InferenceDefaults = serde_json::from_value(config.clone())
             .map_err(|e| invalid("(inference settings)", e))?;
         if !args.gpt_use_perceiver_resampler {
@@ -95,27 +105,16 @@ impl GptConfig {
                 "below 4",
             ));
         }
-        let (start_text_token, stop_text_token) = text_specials(vocab)?;
+        let id = |token: &str| {
+            tokenizer
+                .token_id(token)
+                .expect("the tokenizer checks its special tokens at load")
+        };
         Ok(GptConfig {
             args,
             defaults,
-            start_text_token,
-            stop_text_token,
+            start_text_token: id("[START]"),
+            stop_text_token: id("[STOP]"),
         })
     }
-}
-
-/// The ids of `[START]` and `[STOP]` in `vocab.json`'s BPE vocabulary.
-fn text_specials(vocab: &Path) -> Result<(u32, u32), LoadError> {
-    let file = vocab.display().to_string();
-    let text = std::fs::read_to_string(vocab).map_err(|e| LoadError::io(vocab, e))?;
-    let json: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| LoadError::invalid(&file, "(json)", e.to_string()))?;
-    let id = |token: &str| {
-        json["model"]["vocab"][token]
-            .as_u64()
-            .and_then(|id| u32::try_from(id).ok())
-            .ok_or_else(|| LoadError::invalid(&file, format!("model.vocab.{token}"), "missing"))
-    };
-    Ok((id("[START]")?, id("[STOP]")?))
 }

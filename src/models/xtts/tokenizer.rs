@@ -72,11 +72,7 @@ impl XttsTokenizer {
         }
         let cleaned = text::preprocess(text, language)?;
         if !self.speaks(language) {
-            return Err(TextError::UnknownLanguage(format!(
-                "{} (this vocab.json has no {} tag)",
-                language.code(),
-                language.tag()
-            )));
+            return Err(TextError::NoLanguageTag { language });
         }
         let marked = format!("{}{}", language.tag(), cleaned.replace(' ', "[SPACE]"));
         let encoding = self

@@ -15,6 +15,7 @@ use super::folder::XttsFolder;
 use super::gpt_config::GptConfig;
 use super::reference_audio::{prepare_reference, sinc_resample};
 use super::speaker_encoder::{SpeakerEncoder, SPEAKER_SAMPLE_RATE};
+use super::tokenizer::XttsTokenizer;
 use crate::engine::voice::{TensorData, VoiceEncodeError, VoiceEncoder, VoiceTensors};
 use crate::nn::layers::Loader;
 use crate::nn::LoadError;
@@ -45,7 +46,8 @@ impl<T: Tensor> XttsVoiceEncoder<T> {
             return Ok(None);
         }
         let file = dir.join("config.json").display().to_string();
-        let config = GptConfig::from_json(&folder.config, &file, &folder.vocab)?;
+        let tokenizer = XttsTokenizer::from_file(&folder.vocab)?;
+        let config = GptConfig::from_json(&folder.config, &file, &tokenizer)?;
         let a = &config.args;
         let loader = Loader::<T>::new(&folder.weights, device, dtype);
         let conditioner = Conditioner::load(&loader, a.gpt_n_model_channels, a.gpt_n_heads)?;

@@ -129,6 +129,8 @@ pub enum TextError {
         language: Language,
         needs: &'static str,
     },
+    #[error("this model's vocab.json has no {} tag, so it cannot speak {language} (its config.json lists it)", .language.tag())]
+    NoLanguageTag { language: Language },
     #[error("numbers in {language} text are not read out yet ({found:?}): spell the numbers out in words")]
     NumbersNotExpanded { language: Language, found: String },
     #[error("the number {0:?} cannot be read out: spell it out in words")]
@@ -139,7 +141,9 @@ impl TextError {
     /// The request field at fault.
     pub fn param(&self) -> &'static str {
         match self {
-            TextError::UnknownLanguage(_) | TextError::NeedsRomanization { .. } => "language",
+            TextError::UnknownLanguage(_)
+            | TextError::NeedsRomanization { .. }
+            | TextError::NoLanguageTag { .. } => "language",
             TextError::NumbersNotExpanded { .. } | TextError::NumberNotReadable(_) => "input",
         }
     }
