@@ -226,10 +226,101 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     };
     let voices = VoiceStore::open(&config.voices_dir, config.max_voices)
         .context("opening the custom voices (voices_dir)")?;
-    let mut models = Vec::new();
-    let mut voice_encoders = Vec::new();
-    let mut transcribers = Vec::new();
     let mut workers = Vec::new();
+    let (models, voice_encoders, transcribers) = match start_models(&config, &mut workers) {
+        Ok(started) => started,
+        Err(e) => {
+            // The queues are gone with the error: each thread ends once its model has loaded.
+            // Joined before the error is returned, so that the process never tears down
+            // libtorch under a thread still loading.
+            join_workers(workers).await;
+            return Err(e);
+        }
+    };
+    let grace = config.shutdown_grace();
+    let load_failure = watch_load_failures(&models, &transcribers);
+    let state = AppState {
+        config: Arc::new(config),
+        models: models.into(),
+        transcribers: transcribers.into(),
+        drain: Arc::new(Drain::default()),
+        metrics: metrics_handle,
+        voices: Arc::new(voices),
+        voice_encoders: voice_encoders.into(),
+        started_at: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    };
+    let served =
+        serve_until_shutdown(listener, wyoming_listener, state, &load_failure, grace).await;
+    // The router and the Wyoming listener, and with them every queue handle, are gone: the
+    // workers finish and exit.
+    let clean = join_workers(workers).await;
+    served?;
+    if !clean {
+        return Err(anyhow!("an inference worker thread panicked"));
+    }
+    if let Some(failure) = &*load_failure.borrow() {
+        return Err(anyhow!("loading the model failed: {failure}"));
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Serves HTTP (and Wyoming) until a termination signal and the drain, or a model's failure
+/// to load; returns with every handle on the state dropped.
+async fn serve_until_shutdown(
+    listener: tokio::net::TcpListener,
+    wyoming_listener: Option<tokio::net::TcpListener>,
+    state: AppState,
+    load_failure: &watch::Receiver<Option<String>>,
+    grace: Duration,
+) -> anyhow::Result<()> {
+    tracing::info!("listening on http://{}", listener.local_addr()?);
+    let wyoming = match wyoming_listener {
+        Some(listener) => {
+            tracing::info!("Wyoming protocol on tcp://{}", listener.local_addr()?);
+            Some(tokio::spawn(wyoming::serve(listener, state.clone())))
+        }
+        None => None,
+    };
+    let drain = state.drain.clone();
+    let signal_failure = load_failure.clone();
+    let (drained, drained_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
+        shutdown_trigger(signal_failure, &drain, grace).await;
+        let _ = drained.send(());
+    });
+    let served = tokio::select! {
+        served = server.into_future() => served.context("serving HTTP"),
+        // Connections still open after the drain (requests past the grace period) are cut.
+        _ = async {
+            let _ = drained_rx.await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        } => {
+            tracing::warn!("closing connections still open after the grace period");
+            Ok(())
+        }
+    };
+    if let Some(wyoming) = wyoming {
+        wyoming.abort();
+        let _ = wyoming.await;
+    }
+    served
+}
+
+/// The served models' threads, started in the order of the settings (pushed onto `workers` as
+/// they start, so that the caller can join them when a later one fails to start).
+#[allow(clippy::type_complexity)]
+fn start_models(
+    config: &ServerConfig,
+    workers: &mut Vec<std::thread::JoinHandle<()>>,
+) -> anyhow::Result<(
+    Vec<ServedModel>,
+    Vec<ServedVoiceEncoder>,
+    Vec<ServedTranscriber>,
+)> {
+    let (mut models, mut voice_encoders, mut transcribers) = (Vec::new(), Vec::new(), Vec::new());
     for (id, model_dir) in config.models() {
         if let Ok(Family::VoxtralRealtime) = detect_family(&model_dir) {
             let (queue, state, worker) = start_transcription_worker(
@@ -245,8 +336,8 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
                 config.queue_capacity,
             )
             .with_context(|| format!("starting the transcription worker of {id}"))?;
-            transcribers.push(ServedTranscriber { id, queue, state });
             workers.push(worker);
+            transcribers.push(ServedTranscriber { id, queue, state });
             continue;
         }
         let (queue, engine, worker) = start_worker(
@@ -271,6 +362,7 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
             config.queue_capacity,
         )
         .with_context(|| format!("starting the inference worker of {id}"))?;
+        workers.push(worker);
         let (voice_queue, voice_state, voice_thread) =
             start_voice_encoding(VoiceEncodingSettings {
                 model_id: id.clone(),
@@ -280,74 +372,25 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
                 threads: config.threads,
             })
             .with_context(|| format!("starting the voice encoder of {id}"))?;
+        workers.push(voice_thread);
         voice_encoders.push(ServedVoiceEncoder {
             model_id: id.clone(),
             queue: voice_queue,
             state: voice_state,
         });
-        workers.push(voice_thread);
         models.push(ServedModel { id, queue, engine });
-        workers.push(worker);
     }
-    if models.is_empty() {
-        return Err(anyhow!(
-            "no text-to-speech model: serve needs one beside speech-to-text models (it is the \
-             default model of OpenAI's names and of Wyoming)"
-        ));
-    }
-    tracing::info!("listening on http://{}", listener.local_addr()?);
-    let grace = config.shutdown_grace();
-    let load_failure = watch_load_failures(&models, &transcribers);
-    let state = AppState {
-        config: Arc::new(config),
-        models: models.into(),
-        transcribers: transcribers.into(),
-        drain: Arc::new(Drain::default()),
-        metrics: metrics_handle,
-        voices: Arc::new(voices),
-        voice_encoders: voice_encoders.into(),
-        started_at: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
-    };
-    let wyoming = match wyoming_listener {
-        Some(listener) => {
-            tracing::info!("Wyoming protocol on tcp://{}", listener.local_addr()?);
-            Some(tokio::spawn(wyoming::serve(listener, state.clone())))
-        }
-        None => None,
-    };
-    let drain = state.drain.clone();
-    let signal_failure = load_failure.clone();
-    let (drained, drained_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
-        shutdown_trigger(signal_failure, &drain, grace).await;
-        let _ = drained.send(());
-    });
-    tokio::select! {
-        served = server.into_future() => served.context("serving HTTP")?,
-        // Connections still open after the drain (requests past the grace period) are cut.
-        _ = async {
-            let _ = drained_rx.await;
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        } => tracing::warn!("closing connections still open after the grace period"),
-    }
-    if let Some(wyoming) = wyoming {
-        wyoming.abort();
-        let _ = wyoming.await;
-    }
-    // The router and the Wyoming listener, and with them every queue handle, are gone: the
-    // workers finish and exit.
+    Ok((models, voice_encoders, transcribers))
+}
+
+/// Waits for every model thread to end; false when one panicked.
+async fn join_workers(workers: Vec<std::thread::JoinHandle<()>>) -> bool {
+    let mut clean = true;
     for worker in workers {
-        tokio::task::spawn_blocking(move || worker.join())
-            .await?
-            .map_err(|_| anyhow!("an inference worker thread panicked"))?;
+        let joined = tokio::task::spawn_blocking(move || worker.join()).await;
+        clean &= matches!(joined, Ok(Ok(())));
     }
-    if let Some(failure) = &*load_failure.borrow() {
-        return Err(anyhow!("loading the model failed: {failure}"));
-    }
-    tracing::info!("stopped");
-    Ok(())
+    clean
 }
 
 /// Holds "id: message" of the first model, text-to-speech or speech-to-text, whose loading

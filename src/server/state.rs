@@ -15,10 +15,16 @@ use tokio::sync::watch;
 /// OpenAI's speech model names: a request naming one gets the first (default) model.
 pub const OPENAI_MODEL_ALIASES: [&str; 3] = ["tts-1", "tts-1-hd", "gpt-4o-mini-tts"];
 
+/// OpenAI's transcription model names (`whisper-1` is what Open WebUI and most clients send):
+/// a request naming one gets the first speech-to-text model.
+pub const OPENAI_TRANSCRIPTION_ALIASES: [&str; 3] =
+    ["whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe"];
+
 #[derive(Clone)]
 pub struct AppState {
     pub config: Arc<ServerConfig>,
-    /// In the order of the settings; never empty. The first is the default model.
+    /// The text-to-speech models, in the order of the settings. The first is the default
+    /// model; none on a server that only transcribes.
     pub models: Arc<[ServedModel]>,
     /// The speech-to-text models, in the order of the settings.
     pub transcribers: Arc<[ServedTranscriber]>,
@@ -88,9 +94,22 @@ impl ServedTranscriber {
 }
 
 impl AppState {
-    /// The first model: what Wyoming clients and requests naming OpenAI's models get.
-    pub fn default_model(&self) -> &ServedModel {
-        &self.models[0]
+    /// The first model: what Wyoming clients, requests naming OpenAI's models and requests
+    /// naming none get; a 404 on a server that only transcribes.
+    pub fn default_model(&self) -> Result<&ServedModel, ApiError> {
+        self.models.first().ok_or_else(|| {
+            let served: Vec<&str> = self.transcribers.iter().map(|m| m.id.as_str()).collect();
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                Some("model_not_found"),
+                format!(
+                    "This server serves no text-to-speech model, only speech to text ({}): \
+                     use /v1/audio/transcriptions.",
+                    served.join(", ")
+                ),
+            )
+            .with_param("model")
+        })
     }
 
     /// The model a request names: by id, or one of OpenAI's names; 404 for any other.
@@ -99,13 +118,18 @@ impl AppState {
             return Ok(model);
         }
         if OPENAI_MODEL_ALIASES.contains(&name) {
-            return Ok(self.default_model());
+            return self.default_model();
         }
-        if self.transcribers.iter().any(|m| m.id == name) {
+        let transcription_alias =
+            !self.transcribers.is_empty() && OPENAI_TRANSCRIPTION_ALIASES.contains(&name);
+        if transcription_alias || self.transcribers.iter().any(|m| m.id == name) {
             return Err(ApiError::invalid(
                 "model",
                 format!("{name} is a speech-to-text model: use /v1/audio/transcriptions"),
             ));
+        }
+        if self.models.is_empty() {
+            return self.default_model();
         }
         let mut served: Vec<&str> = self.models.iter().map(|m| m.id.as_str()).collect();
         served.extend(OPENAI_MODEL_ALIASES);
@@ -114,11 +138,25 @@ impl AppState {
 }
 
 impl AppState {
-    /// The speech-to-text model a transcription request names; a speech model is a 400, any
-    /// other name a 404.
+    /// The speech-to-text model a transcription request names: by id, or one of OpenAI's
+    /// transcription names; a speech model is a 400, any other name a 404.
     pub fn transcriber_named(&self, name: &str) -> Result<&ServedTranscriber, ApiError> {
         if let Some(model) = self.transcribers.iter().find(|m| m.id == name) {
             return Ok(model);
+        }
+        if OPENAI_TRANSCRIPTION_ALIASES.contains(&name) {
+            return self.transcribers.first().ok_or_else(|| {
+                let served: Vec<&str> = self.models.iter().map(|m| m.id.as_str()).collect();
+                ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    Some("model_not_found"),
+                    format!(
+                        "This server serves no speech-to-text model, only text to speech ({}).",
+                        served.join(", ")
+                    ),
+                )
+                .with_param("model")
+            });
         }
         if self.models.iter().any(|m| m.id == name) || OPENAI_MODEL_ALIASES.contains(&name) {
             return Err(ApiError::invalid(
@@ -126,7 +164,8 @@ impl AppState {
                 format!("{name} is a text-to-speech model: it cannot transcribe"),
             ));
         }
-        let served: Vec<&str> = self.transcribers.iter().map(|m| m.id.as_str()).collect();
+        let mut served: Vec<&str> = self.transcribers.iter().map(|m| m.id.as_str()).collect();
+        served.extend(OPENAI_TRANSCRIPTION_ALIASES);
         Err(ApiError::model_not_found(name, &served))
     }
 }

@@ -32,5 +32,8 @@ pub async fn ready(State(app): State<AppState>) -> Result<Json<Status>, ApiError
     for model in app.models.iter() {
         model.loaded()?;
     }
+    for model in app.transcribers.iter() {
+        model.loaded()?;
+    }
     Ok(Json(Status { status: "ready" }))
 }

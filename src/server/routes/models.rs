@@ -1,7 +1,7 @@
 //! `GET /v1/models`: each served model under its own id, and OpenAI's speech model names;
 //! `GET /v1/audio/models`: the same ids in the shape Open WebUI reads.
 
-use crate::server::state::{AppState, OPENAI_MODEL_ALIASES};
+use crate::server::state::{AppState, OPENAI_MODEL_ALIASES, OPENAI_TRANSCRIPTION_ALIASES};
 use axum::extract::State;
 use axum::Json;
 use serde::Serialize;
@@ -89,7 +89,7 @@ fn models(app: &AppState) -> Vec<Model> {
             }
         })
         .collect();
-    list.extend(app.transcribers.iter().map(|served| {
+    list.extend(app.transcribers.iter().enumerate().map(|(i, served)| {
         let card = served.loaded().ok();
         Model {
             id: served.id.clone(),
@@ -111,27 +111,44 @@ fn models(app: &AppState) -> Vec<Model> {
                 sample_rate: c.sample_rate,
                 samples_per_frame: c.samples_per_token,
             }),
-            aliases: Vec::new(),
+            aliases: if i == 0 {
+                OPENAI_TRANSCRIPTION_ALIASES.to_vec()
+            } else {
+                Vec::new()
+            },
             parent: None,
         }
     }));
-    let default = app.default_model();
-    let owned_by = list[0].owned_by;
-    list.extend(OPENAI_MODEL_ALIASES.iter().map(|alias| Model {
-        id: alias.to_string(),
-        object: "model",
-        created: app.started_at,
-        owned_by,
-        family: None,
-        capabilities: None,
-        aliases: Vec::new(),
-        parent: Some(default.id.clone()),
-    }));
+    // OpenAI's names, each standing for the first model of its kind.
+    let firsts = [
+        (app.models.first().map(|m| &m.id), &OPENAI_MODEL_ALIASES),
+        (
+            app.transcribers.first().map(|m| &m.id),
+            &OPENAI_TRANSCRIPTION_ALIASES,
+        ),
+    ];
+    for (first, aliases) in firsts {
+        let Some(first) = first else { continue };
+        let owned_by = list
+            .iter()
+            .find(|m| &m.id == first)
+            .map_or("unknown", |m| m.owned_by);
+        list.extend(aliases.iter().map(|alias| Model {
+            id: alias.to_string(),
+            object: "model",
+            created: app.started_at,
+            owned_by,
+            family: None,
+            capabilities: None,
+            aliases: Vec::new(),
+            parent: Some(first.clone()),
+        }));
+    }
     list
 }
 
 /// Lists each served model (with its family, capabilities and aliases), then OpenAI's speech
-/// model names, which stand for the first model.
+/// and transcription model names, each standing for the first model of its kind.
 #[utoipa::path(get, path = "/v1/models", tag = "models", security(("api_key" = [])),
     responses((status = 200, description = "The models and their aliases", body = ModelList)))]
 pub async fn list_models(State(app): State<AppState>) -> Json<ModelList> {

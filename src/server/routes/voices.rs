@@ -114,7 +114,7 @@ pub async fn list_voices(
 ) -> Result<Json<VoiceList>, ApiError> {
     let served = match &query.model {
         Some(name) => app.model_named(name)?,
-        None => app.default_model(),
+        None => app.default_model()?,
     };
     let model = served.loaded()?;
     let card = &model.card;

@@ -1,12 +1,24 @@
-//! The `info` answer to `describe`: one TTS program with the model's presets as voices, and
-//! the voice a request without one gets.
+//! The `info` answer to `describe`: one TTS program with the model's presets as voices (none
+//! when no speech model is served), and the voice a request without one gets.
 
 use crate::engine::{primary_language, ModelCard};
 use crate::server::voice_catalog;
 use serde_json::{json, Value};
 
 /// The data of the `info` event (the `wyoming` package's `Info`, `TtsProgram`, `TtsVoice`).
-pub fn info(model: &ModelCard, model_id: &str) -> Value {
+pub fn info(tts: Option<(&ModelCard, &str)>) -> Value {
+    let programs: Vec<Value> = tts
+        .map(|(model, id)| tts_program(model, id))
+        .into_iter()
+        .collect();
+    json!({
+        "asr": [], "handle": [], "intent": [], "wake": [], "mic": [], "snd": [],
+        "tts": programs,
+    })
+}
+
+/// The `tts` program of the speech model `model_id`, with its preset voices.
+fn tts_program(model: &ModelCard, model_id: &str) -> Value {
     let attribution = json!({
         "name": model.owned_by,
         "url": model.homepage,
@@ -31,16 +43,13 @@ pub fn info(model: &ModelCard, model_id: &str) -> Value {
         })
         .collect();
     json!({
-        "asr": [], "handle": [], "intent": [], "wake": [], "mic": [], "snd": [],
-        "tts": [{
-            "name": model.family,
-            "attribution": attribution,
-            "installed": true,
-            "description": format!("{} text to speech ({model_id})", model.family),
-            "version": env!("CARGO_PKG_VERSION"),
-            "voices": voices,
-            "supports_synthesize_streaming": true,
-        }],
+        "name": model.family,
+        "attribution": attribution,
+        "installed": true,
+        "description": format!("{} text to speech ({model_id})", model.family),
+        "version": env!("CARGO_PKG_VERSION"),
+        "voices": voices,
+        "supports_synthesize_streaming": true,
     })
 }
 
@@ -69,12 +78,14 @@ mod tests {
     #[test]
     fn every_preset_is_a_voice_with_its_language() {
         let model = example_card(&["fr_male", "robot"]);
-        let info = info(&model, "voxtral");
+        let info = info(Some((&model, "voxtral")));
         let tts = &info["tts"][0];
         assert_eq!(tts["supports_synthesize_streaming"], true);
         assert_eq!(tts["voices"][0]["languages"], json!(["fr"]));
         assert_eq!(tts["voices"][0]["description"], "fr_male (French, male)");
         assert_eq!(tts["voices"][1]["languages"], json!([]));
+        // A server that only transcribes: no program.
+        assert_eq!(super::info(None)["tts"], json!([]));
     }
 
     #[test]

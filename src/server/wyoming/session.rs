@@ -119,8 +119,12 @@ impl Session {
     async fn handle(&mut self, event: Event) -> Result<(), Stop> {
         match event.kind.as_str() {
             "describe" => {
-                let model = self.loaded_model().await?;
-                let info = info(&model.card, &self.app.default_model().id);
+                // A server that only transcribes offers no program here.
+                let served = self.app.default_model().ok().map(|m| m.id.clone());
+                let info = match served {
+                    Some(id) => info(Some((&self.loaded_model().await?.card, id.as_str()))),
+                    None => info(None),
+                };
                 self.write(Event::new("info", info)).await
             }
             "ping" => {
@@ -174,7 +178,7 @@ impl Session {
 
     /// Waits for the model (Home Assistant asks for `info` as soon as it connects).
     async fn loaded_model(&self) -> Result<Arc<LoadedModel>, ApiError> {
-        let served = self.app.default_model();
+        let served = self.app.default_model()?;
         let mut engine = served.engine.clone();
         let _ = engine
             .wait_for(|s| !matches!(s, EngineState::Loading))
@@ -188,7 +192,7 @@ impl Session {
             return Err(ApiError::shutting_down().into());
         }
         let _in_flight = InFlight::new(self.app.drain.clone());
-        let served = self.app.default_model().clone();
+        let served = self.app.default_model()?.clone();
         let model = served.loaded()?;
         let voice = options
             .voice

@@ -222,7 +222,7 @@ pub async fn create_voice(
     let upload = check_fields(&form)?;
     let served = match &upload.model {
         Some(name) => app.model_named(name)?,
-        None => app.default_model(),
+        None => app.default_model()?,
     };
     let card = served.loaded()?;
     let language = upload
