@@ -22,14 +22,18 @@ serve:
 # the run ends on cargo test's summary.
 test:
 	$(ENV) scripts/lint-docker.sh && cargo test --benches --no-run && \
-	  $(AS_AVX2) cargo test --test batching --test parity && cargo test --lib --bins --tests
+	  $(AVX2_TESTS) && cargo test --lib --bins --tests
 
-# The tests that depend on the CPU's instructions (kernel variant, libtorch's and oneDNN's code
-# paths), run as on a CPU with AVX2 and FMA but no AVX-512, whatever this CPU has: batched
-# equals alone, and parity with the reference. `make test` runs them too.
+# The tests whose results could depend on the CPU's instructions (kernel variant, libtorch's,
+# oneDNN's and MKL's code paths), run as on a CPU with AVX2 and FMA but no AVX-512, whatever
+# this CPU has: the tensor backends and kernels against libtorch, batched equals alone, parity
+# with the reference, and the server's tests that count frames or need a long request.
+# `make test` runs them too.
 AS_AVX2 := VOXTRAL_CPU_KERNEL=avx2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
+AVX2_TESTS := $(AS_AVX2) cargo test --lib tensor:: && \
+  $(AS_AVX2) cargo test --test it -- batching:: parity:: server::
 test-avx2:
-	$(ENV) $(AS_AVX2) cargo test --test batching --test parity
+	$(ENV) $(AVX2_TESTS)
 
 # The CPU kernel's tests cross-compiled for aarch64 and run under qemu (the portable variant).
 test-aarch64:
@@ -56,7 +60,8 @@ soak:
 MLX := scripts/setup-mlx.sh cargo
 test-mlx:
 	$(ENV) $(MLX) clippy --features mlx --all-targets -- -D warnings && \
-	  $(MLX) test --features mlx --lib --bins --test parity_mlx --test batching --test server_mlx
+	  $(MLX) test --features mlx --lib --bins && \
+	  $(MLX) test --features mlx --test it -- parity_mlx:: batching:: server_mlx::
 
 # cargo-fuzz targets (fuzz/), one after another, FUZZ_SECS each (default 600): make fuzz [FUZZ_SECS=60]
 # [FUZZ_TARGETS="tokenizer text"]. Results of the last long run: docs/reliability.md.

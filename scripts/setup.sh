@@ -34,9 +34,9 @@ MISTRAL_COMMON=1.13.1
 OPENAI_SDK=3.52.0
 # Drives headless Chromium in the playground test (tests/playground/play.mjs).
 PLAYWRIGHT_CORE=1.65.1
-# Home Assistant's Wyoming client library (tests/wyoming.rs drives the server with it).
+# Home Assistant's Wyoming client library (tests/it/wyoming.rs drives the server with it).
 WYOMING=1.10.2
-# `kubectl kustomize` renders deploy/kubernetes in tests/kubernetes.rs.
+# `kubectl kustomize` renders deploy/kubernetes in tests/it/kubernetes.rs.
 KUBECTL=1.37.1
 
 log() { echo "[setup] $*" >&2; }
@@ -96,7 +96,7 @@ install_system_packages() {
 
 # The server tests drive the server with the official openai SDK, kept out of the system
 # Python: tests put .deps/pyclient on PYTHONPATH.
-# With its `realtime` extra (websockets): tests/realtime.rs runs the SDK's realtime client.
+# With its `realtime` extra (websockets): tests/it/realtime.rs runs the SDK's realtime client.
 install_openai_sdk() {
   local marker=$DEPS/pyclient/.complete
   [[ -f $marker && $(cat "$marker") == "$OPENAI_SDK+realtime" ]] && return

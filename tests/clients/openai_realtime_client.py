@@ -1,6 +1,6 @@
 """A live transcription session through the official `openai` Python SDK's realtime client.
 
-Run by tests/realtime.rs (test `the_openai_sdks_realtime_client_transcribes`) with the SDK and
+Run by tests/it/realtime.rs (test `the_openai_sdks_realtime_client_transcribes`) with the SDK and
 its `realtime` extra on PYTHONPATH (scripts/setup.sh installs `openai[realtime]` into
 .deps/pyclient). Environment: SERVER_BASE_URL (no /v1), MODEL, AUDIO (a file of PCM16 24 kHz
 mono samples), EXPECTED (the offline transcript of that audio). Exits non-zero, with the

@@ -1,6 +1,6 @@
 """Replays the speech requests of the clients that call the server through the official
 `openai` Python SDK, each as its source makes them (cited per function), and saves what each
-client would keep. Run by tests/clients.rs with the SDK on PYTHONPATH:
+client would keep. Run by tests/it/clients.rs with the SDK on PYTHONPATH:
 
     python3 openai_sdk_clients.py CLIENT OUT_DIR
 

@@ -4,7 +4,7 @@ for the voices, `synthesize` read until `audio-stop`, and the streamed form
 (`synthesize-start`, a `synthesize-chunk` per text delta, `synthesize` with the whole text for
 servers that cannot stream, `synthesize-stop`) read until `synthesize-stopped`.
 
-Run by tests/wyoming.rs with the package on PYTHONPATH (scripts/setup.sh installs it into
+Run by tests/it/wyoming.rs with the package on PYTHONPATH (scripts/setup.sh installs it into
 .deps/pywyoming): python3 wyoming_client.py HOST PORT OUT_DIR. Writes result.json and one .pcm
 file per audio stream. The server's extension fields `seed` and `max_frames` are added to the
 events' data, which Home Assistant's events do not carry, so that the audio can be compared

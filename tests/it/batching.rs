@@ -2,9 +2,10 @@
 //! joins at the start or between steps, and however long the others run; the worker batches
 //! queued jobs that way, each in a slot of the model's KV pool.
 
-mod common;
+use crate::common;
 
 use common::start_loaded_worker;
+use std::path::Path;
 use std::time::Instant;
 use voxtral_tts::device::DeviceChoice;
 use voxtral_tts::engine::{
@@ -13,7 +14,7 @@ use voxtral_tts::engine::{
 use voxtral_tts::models::voxtral_tts::{Generation, Noise, SynthesisRequest, Voxtral};
 use voxtral_tts::scheduler::{JobEvent, JobOptions, LoadedModel, StreamSettings, WorkerSettings};
 use voxtral_tts::tensor::{tch_backend::TchTensor, DType, Tensor};
-use voxtral_tts::testmodel::{cached_test_model, Preset};
+use voxtral_tts::testmodel::{cached_endless_test_model, cached_test_model, Preset};
 
 fn request(text: &str, voice: &str, max_frames: usize, noise: Noise) -> SynthesisRequest {
     SynthesisRequest {
@@ -148,13 +149,19 @@ struct Outcome {
 /// end times are the worker's (submission + time queued, + synthesis time), so they say
 /// which jobs ran together whatever the collecting threads' scheduling.
 fn run_worker(jobs: &[SynthesisRequest], slots: usize) -> Vec<Outcome> {
-    run_worker_with(jobs, slots, JobOptions::default())
+    let tiny = cached_test_model(Preset::Tiny, 0).unwrap();
+    run_worker_with(&tiny, jobs, slots, JobOptions::default())
 }
 
-fn run_worker_with(jobs: &[SynthesisRequest], slots: usize, options: JobOptions) -> Vec<Outcome> {
+fn run_worker_with(
+    model_dir: &Path,
+    jobs: &[SynthesisRequest],
+    slots: usize,
+    options: JobOptions,
+) -> Vec<Outcome> {
     let settings = WorkerSettings {
         model_id: "tiny".into(),
-        model_dir: cached_test_model(Preset::Tiny, 0).unwrap(),
+        model_dir: model_dir.to_path_buf(),
         device: DeviceChoice::Cpu,
         dtype: DType::F32,
         threads: 0,
@@ -292,7 +299,8 @@ fn jobs_beyond_the_free_kv_slots_wait_for_one() {
 #[test]
 fn the_kv_budget_bounds_each_slot() {
     let _guard = tch::no_grad_guard();
-    let dir = cached_test_model(Preset::Tiny, 0).unwrap();
+    // Runs the request to its frame limit whatever the CPU.
+    let dir = cached_endless_test_model(Preset::Tiny, 0).unwrap();
     let (cpu, dtype) = (tch::Device::Cpu, DType::F32);
     let roomy = Voxtral::<TchTensor>::load(&dir, &cpu, dtype).unwrap();
     let req = &requests()[0];
@@ -341,7 +349,10 @@ fn streamed_jobs_get_doubling_chunks_and_others_one_decode_per_segment() {
             scale: 0.0,
         },
     );
+    // Every frame up to the limit, whatever the CPU.
+    let endless = cached_endless_test_model(Preset::Tiny, 0).unwrap();
     let streamed = run_worker_with(
+        &endless,
         std::slice::from_ref(&job),
         8,
         JobOptions {
@@ -355,7 +366,7 @@ fn streamed_jobs_get_doubling_chunks_and_others_one_decode_per_segment() {
         streamed[0].chunks,
         [4 * FRAME - FADE, 8 * FRAME, 16 * FRAME, 12 * FRAME, FADE]
     );
-    let whole = run_worker(&[job], 8);
+    let whole = run_worker_with(&endless, &[job], 8, JobOptions::default());
     assert_eq!(whole[0].chunks, [40 * FRAME - FADE, FADE]);
     let worst = whole[0]
         .pcm
@@ -394,13 +405,9 @@ fn prompts_prefilled_in_chunks_give_the_codes_of_a_whole_prefill() {
         keep_codes: true,
         ..JobOptions::default()
     };
-    let outcomes = run_worker_with(&jobs, 8, options);
-    let model = Voxtral::<TchTensor>::load(
-        &cached_test_model(Preset::Tiny, 0).unwrap(),
-        &tch::Device::Cpu,
-        DType::F32,
-    )
-    .unwrap();
+    let tiny = cached_test_model(Preset::Tiny, 0).unwrap();
+    let outcomes = run_worker_with(&tiny, &jobs, 8, options);
+    let model = Voxtral::<TchTensor>::load(&tiny, &tch::Device::Cpu, DType::F32).unwrap();
     // "Short.": one segment, the same text the worker prefilled.
     let mut whole = model.start(&jobs[0]).unwrap();
     assert!(

@@ -7,7 +7,7 @@
 //! way to send them, so that the tiny model's audio stays short and can be compared with a
 //! plain request of the same seed.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

@@ -4,7 +4,7 @@
 //! termination grace against the drain, the GPU, and autoscaling metrics the server exports
 //! and the prometheus-adapter rules serve.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

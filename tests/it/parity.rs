@@ -1,7 +1,7 @@
 //! Parity with the reference on libtorch (CPU); the cases and bounds are in
-//! tests/parity_common (tests/parity_mlx.rs runs the same on MLX).
+//! tests/it/parity_common (tests/it/parity_mlx.rs runs the same on MLX).
 
-mod parity_common;
+use crate::parity_common;
 
 use parity_common::*;
 use voxtral_tts::tensor::tch_backend::TchTensor;
@@ -43,7 +43,7 @@ fn codec_teacher_forced_matches_reference_with_six_alibi_heads() {
     assert_codec_matches::<TchTensor>(&CPU, "codec_odd");
 }
 
-/// The documented bf16 tolerance (README, "Numerics"), teacher-forced.
+/// The documented bf16 tolerance (docs/correctness.md, "Numerics"), teacher-forced.
 #[test]
 fn bf16_teacher_forced_codes_stay_within_documented_tolerance() {
     assert_bf16_teacher_forced_within_tolerance::<TchTensor>(&CPU);

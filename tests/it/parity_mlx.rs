@@ -1,9 +1,9 @@
-//! The parity goldens of tests/parity.rs on the MLX backend (`--features mlx`), with the same
-//! cases and bounds (tests/parity_common): f32 exact codes and waveform within 1e-4, bf16
+//! The parity goldens of tests/it/parity.rs on the MLX backend (`--features mlx`), with the same
+//! cases and bounds (tests/it/parity_common): f32 exact codes and waveform within 1e-4, bf16
 //! teacher-forced within the documented tolerance. Metal when this MLX has it, else the CPU.
 #![cfg(feature = "mlx")]
 
-mod parity_common;
+use crate::parity_common;
 
 use parity_common::*;
 use voxtral_tts::tensor::mlx_backend::{MlxDevice, MlxTensor};

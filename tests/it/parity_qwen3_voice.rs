@@ -4,7 +4,7 @@
 //! encoded by `models::load_voice_encoder` gives the official x-vector, reference codes and
 //! tokenized transcript; the serving path's voice-encoding thread computes them. f32, libtorch on the CPU.
 
-mod common;
+use crate::common;
 
 use common::pcm16_wav;
 use safetensors::SafeTensors;

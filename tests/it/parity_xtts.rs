@@ -18,6 +18,7 @@ use voxtral_tts::models::xtts::folder::XttsFolder;
 use voxtral_tts::models::xtts::gpt::{GenerationParams, Gpt};
 use voxtral_tts::models::xtts::gpt_config::GptConfig;
 use voxtral_tts::models::xtts::reference_audio::load_audio;
+use voxtral_tts::models::xtts::tokenizer::XttsTokenizer;
 use voxtral_tts::nn::layers::Loader;
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::{DType, Tensor};
@@ -100,7 +101,8 @@ struct Model {
 /// The folder opened as the server opens it (no pickle), its GPT side loaded.
 fn load_model(dir: &Path) -> Model {
     let folder = XttsFolder::open(dir).unwrap();
-    let config = GptConfig::from_json(&folder.config, "config.json", &folder.vocab).unwrap();
+    let tokenizer = XttsTokenizer::from_file(&folder.vocab).unwrap();
+    let config = GptConfig::from_json(&folder.config, "config.json", &tokenizer).unwrap();
     let device = tch::Device::Cpu;
     let l = Loader::<TchTensor>::new(&folder.weights, &device, DType::F32);
     let (dim, heads) = (config.args.gpt_n_model_channels, config.args.gpt_n_heads);

@@ -3,7 +3,7 @@
 //! Speak and checks that the streamed audio starts playing. scripts/setup.sh installs both
 //! and exports VOXTRAL_NODE_MODULES; without them these tests fail, they do not skip.
 
-mod common;
+use crate::common;
 
 use common::Server;
 use serde_json::{json, Value};

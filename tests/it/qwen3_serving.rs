@@ -3,11 +3,11 @@
 //! CustomVoice, VoiceDesign and Base presets (voices, languages, instructions, greedy
 //! decoding, errors).
 
-mod common;
+use crate::common;
 
 use common::{decode_streamed, max_abs_diff, pcm_samples, run_to_end, Server};
 use serde_json::{json, Value};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use voxtral_tts::engine::{
     prepare_speech, Conditioning, EngineOptions, PreparedSpeech, Sampling, SpeechInput,
     SpeechSession, StopReason, TextToSpeech,
@@ -15,19 +15,25 @@ use voxtral_tts::engine::{
 use voxtral_tts::models::qwen3_tts::Qwen3Engine;
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::DType;
-use voxtral_tts::testmodel::{cached_qwen3_test_model, Qwen3Preset};
+use voxtral_tts::testmodel::{
+    cached_endless_qwen3_test_model, cached_qwen3_test_model, Qwen3Preset,
+};
 
 fn model(preset: Qwen3Preset) -> PathBuf {
     cached_qwen3_test_model(preset, 0).unwrap()
 }
 
 fn engine(preset: Qwen3Preset, sessions: usize) -> Qwen3Engine<TchTensor> {
+    load_engine(&model(preset), sessions)
+}
+
+fn load_engine(dir: &Path, sessions: usize) -> Qwen3Engine<TchTensor> {
     let options = EngineOptions {
         max_sessions: sessions,
         kv_cache_bytes: 64 << 20,
         ..EngineOptions::default()
     };
-    Qwen3Engine::load(&model(preset), &tch::Device::Cpu, DType::F32, &options).unwrap()
+    Qwen3Engine::load(dir, &tch::Device::Cpu, DType::F32, &options).unwrap()
 }
 
 fn prepare(
@@ -112,7 +118,9 @@ fn batched_sessions_equal_each_alone() {
 
 #[test]
 fn streamed_audio_equals_the_whole_decode() {
-    let engine = engine(Qwen3Preset::TinyCustomVoice, 1);
+    // Never EOS: the request runs its 24 frames on every CPU, several chunks of 5.
+    let endless = cached_endless_qwen3_test_model(Qwen3Preset::TinyCustomVoice, 0).unwrap();
+    let engine = load_engine(&endless, 1);
     let request = prepare(
         &engine,
         "Stream this, please.",
@@ -123,6 +131,7 @@ fn streamed_audio_equals_the_whole_decode() {
     let mut session = engine.start_session(&request, 0).unwrap();
     let streamed = decode_streamed(&engine, &mut session, 5);
     let frames = session.codes().len();
+    assert_eq!(frames, request.max_frames);
     let spf = engine.card().samples_per_frame;
     assert_eq!(streamed.len(), frames * spf);
     drop(session);
@@ -198,8 +207,8 @@ fn request_errors_name_their_field() {
     assert_eq!(voice.param(), "voice");
 }
 
-/// One server for the three tiny presets, greedy and f32.
-fn server() -> Server {
+/// One server for the three tiny presets (greedy), with these settings beside the model ids.
+fn server(settings: &[(&str, &str)]) -> Server {
     let custom = model(Qwen3Preset::TinyCustomVoice1b7);
     let design = model(Qwen3Preset::TinyVoiceDesign);
     let base = model(Qwen3Preset::TinyBase);
@@ -211,10 +220,7 @@ fn server() -> Server {
             "--model",
             base.to_str().unwrap(),
         ],
-        &[
-            ("VOXTRAL_DTYPE", "f32"),
-            ("VOXTRAL_MODEL_ID", "custom,design,base"),
-        ],
+        &[&[("VOXTRAL_MODEL_ID", "custom,design,base")], settings].concat(),
     );
     server.wait_ready();
     server
@@ -229,9 +235,19 @@ fn speech(model: &str, voice: Value, extra: Value) -> Value {
     body
 }
 
+/// At the default settings (bf16), as a user gets it.
 #[test]
 fn served_over_http() {
-    let server = server();
+    served_over_http_with(&[]);
+}
+
+#[test]
+fn served_over_http_in_f32() {
+    served_over_http_with(&[("VOXTRAL_DTYPE", "f32")]);
+}
+
+fn served_over_http_with(settings: &[(&str, &str)]) {
+    let server = server(settings);
     let models = server.get("/v1/models").json();
     let data = models["data"].as_array().unwrap();
     let card = |id: &str| data.iter().find(|m| m["id"] == id).unwrap().clone();

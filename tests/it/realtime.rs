@@ -2,7 +2,7 @@
 //! Realtime transcription session at `/v1/realtime?intent=transcription` as a plain WebSocket
 //! client sees it, against a real `voxtral-tts serve` with the `stt-tiny` random checkpoint.
 
-mod common;
+use crate::common;
 
 use common::*;
 use futures_util::{SinkExt, StreamExt};
@@ -728,7 +728,7 @@ fn bad_events_get_error_events_and_the_session_goes_on() {
             ),
             (
                 json!({"type": "session.update", "session": {"type": "transcription",
-                    "audio": {"input": {"transcription": {"model": "whisper-1"}}}}})
+                    "audio": {"input": {"transcription": {"model": "whisper-9"}}}}})
                 .to_string(),
                 "model_not_found",
                 Some("session.audio.input.transcription.model"),

@@ -2,7 +2,7 @@
 //! disconnects, SIGTERM under load, broken model folders at startup, hostile input. Each runs
 //! the real `voxtral-tts serve` on the tiny random model.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

@@ -2,7 +2,7 @@
 //! a tiny random checkpoint, called over HTTP. Audio is decoded with ffmpeg (scripts/setup.sh
 //! installs it); one test drives the server with the official openai Python SDK.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

@@ -2,7 +2,7 @@
 //! model through MLX and serves speech.
 #![cfg(feature = "mlx")]
 
-mod common;
+use crate::common;
 
 use common::*;
 

@@ -1,7 +1,7 @@
 //! Incremental codec decoding: chunks decoded with left context and concatenated equal the
 //! one-shot decode (the codec is causal; its receptive field is about 20 frames).
 
-mod common;
+use crate::common;
 
 use common::max_abs_diff;
 use voxtral_tts::models::voxtral_tts::{Noise, SynthesisRequest, Voxtral};

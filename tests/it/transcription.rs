@@ -2,7 +2,7 @@
 //! a tiny speech model and the `stt-tiny` random Voxtral Realtime checkpoint, called over HTTP
 //! with OpenAI's multipart form.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;
@@ -316,4 +316,66 @@ fn a_transcription_model_that_fails_to_load_stops_the_server() {
             && last.contains("consolidated.safetensors"),
         "{logs}"
     );
+}
+
+/// A server of a speech-to-text model alone: it transcribes, lists the model without OpenAI's
+/// speech names, and answers the speech routes with a 404 that says what it serves.
+#[test]
+fn a_server_of_speech_to_text_alone_transcribes_and_refuses_speech() {
+    let server = Server::spawn(&stt_model(), &[], &[]);
+    server.wait_ready();
+    let models = server.get("/v1/models").json();
+    let data = models["data"].as_array().unwrap();
+    assert_eq!(data[0]["family"], "voxtral-realtime");
+    let id = data[0]["id"].as_str().unwrap();
+    // OpenAI's transcription names stand for it; none of its speech names is listed.
+    let ids: Vec<&str> = data.iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(
+        ids,
+        [
+            id,
+            "whisper-1",
+            "gpt-4o-transcribe",
+            "gpt-4o-mini-transcribe"
+        ]
+    );
+    assert!(data[1..].iter().all(|m| m["parent"] == id), "{models}");
+    let reply = transcribe(&server, &[("model", id)], Some(&wav()));
+    reply.assert_ok();
+    let by_alias = transcribe(&server, &[("model", "whisper-1")], Some(&wav()));
+    assert_eq!(by_alias.json(), reply.json());
+    for name in ["tts-1", "no-such-model"] {
+        let reply = server.speech(speech_body_for(name));
+        let (_, param, code) = reply.error(404);
+        assert_eq!(
+            (param.as_deref(), code.as_deref()),
+            (Some("model"), Some("model_not_found"))
+        );
+        let message = reply.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(message.contains(id), "{message}");
+    }
+    server.get("/v1/audio/voices").error(404);
+    let (_, param, _) = server.speech(speech_body_for(id)).error(400);
+    assert_eq!(param.as_deref(), Some("model"));
+}
+
+/// A start that fails while another model still loads: one error line last, a non-zero exit,
+/// and no panic from a thread torn down mid-load.
+#[test]
+fn a_failed_start_stops_the_threads_before_it_exits() {
+    let empty = tempfile::tempdir().unwrap();
+    let mut server = Server::spawn(
+        &stt_model(),
+        &["--model", empty.path().to_str().unwrap()],
+        &[],
+    );
+    assert!(!server.wait_exit().success());
+    let logs = server.logs();
+    assert!(!logs.contains("panicked"), "{logs}");
+    let last = logs.trim().lines().last().unwrap();
+    assert!(last.starts_with("error: "), "{logs}");
+    assert_eq!(logs.matches("error: ").count(), 1, "{logs}");
 }

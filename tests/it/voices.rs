@@ -2,7 +2,7 @@
 //! `DELETE /v1/audio/voices` over HTTP with OpenAI's multipart form, and the voices folder
 //! they are kept in.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;
@@ -263,4 +263,65 @@ fn custom_voices_are_made_listed_deduplicated_deleted_and_kept_across_restarts()
         .filter(|v| v["object"] == "audio.voice")
         .collect();
     assert_eq!(custom, [&alice], "the voice survives a restart");
+}
+
+/// Cloning as a user gets it: a Qwen3-TTS Base server at the default settings (bf16) takes an
+/// upload and speaks with it, and `synth --reference-audio` (bf16 by default) clones from a
+/// file, in context with its transcript and from the x-vector alone.
+#[test]
+fn qwen3_clones_at_the_default_settings() {
+    let model = cached_qwen3_test_model(Qwen3Preset::TinyBase, 0).unwrap();
+    let voices = tempfile::tempdir().unwrap();
+    let dir = voices.path().join("voices");
+    let server = Server::spawn(
+        &model,
+        &[],
+        &[("VOXTRAL_VOICES_DIR", dir.to_str().unwrap())],
+    );
+    server.wait_ready();
+    let clip = wav(24_000, 2.0);
+    let reply = upload_when_ready(
+        &server,
+        &[("name", "alice"), ("transcript", "Hello there.")],
+        &[&clip],
+    );
+    reply.assert_ok();
+    let id = reply.json()["id"].as_str().unwrap().to_string();
+    let speech = server.speech(
+        serde_json::json!({"model": "tts-1", "input": "Hello again.",
+        "voice": {"id": id}, "response_format": "pcm", "max_frames": 6, "language": "en"}),
+    );
+    speech.assert_ok();
+    assert!(!pcm_samples(&speech).is_empty());
+    drop(server);
+
+    let tmp = tempfile::tempdir().unwrap();
+    let (input, output) = (tmp.path().join("clip.wav"), tmp.path().join("out.wav"));
+    std::fs::write(&input, &clip).unwrap();
+    for transcript in [Some("Hello there."), None] {
+        let mut synth = std::process::Command::new(env!("CARGO_BIN_EXE_voxtral-tts"));
+        synth
+            .args(["synth", "--device", "cpu", "--model"])
+            .arg(&model)
+            .args([
+                "--text",
+                "Hello again.",
+                "--max-frames",
+                "6",
+                "--reference-audio",
+            ])
+            .arg(&input)
+            .arg("--output")
+            .arg(&output);
+        if let Some(text) = transcript {
+            synth.args(["--reference-text", text]);
+        }
+        let run = synth.output().unwrap();
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        assert!(hound::WavReader::open(&output).unwrap().len() > 0);
+    }
 }

@@ -2,7 +2,7 @@
 //! a real server (tests/clients/wyoming_client.py), and each audio stream it receives must
 //! equal the HTTP API's streamed `pcm` for the same text, voice and seed.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

@@ -457,15 +457,16 @@ fn cli() -> Command {
     Command::new(env!("CARGO_BIN_EXE_voxtral-tts"))
 }
 
-/// A model folder: the fixtures plus a minimal config.json and vocab.json.
+/// A model folder: the fixtures plus a minimal config.json (as coqui writes it) and vocab.json.
 fn xtts_folder(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
     for name in ["model.pth", "speakers_xtts.pth"] {
         std::fs::copy(fixtures().join(name), dir.join(name)).unwrap();
     }
+    // As Python's json writes coqui's unbounded training lengths.
     std::fs::write(
         dir.join("config.json"),
-        r#"{"model": "xtts", "languages": ["en"]}"#,
+        r#"{"model": "xtts", "languages": ["en"], "max_audio_len": Infinity}"#,
     )
     .unwrap();
     std::fs::write(dir.join("vocab.json"), r#"{"model": {"type": "BPE"}}"#).unwrap();

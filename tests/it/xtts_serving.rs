@@ -3,13 +3,13 @@
 //! decode), and the HTTP API on the tiny folder (studio voices, language, errors naming
 //! their field, SSE, cloned voices).
 
-mod common;
+use crate::common;
 
 use common::{
     decode_streamed, max_abs_diff, pcm16_wav, pcm_samples, run_to_end, start_loaded_worker, Server,
 };
 use serde_json::{json, Value};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use voxtral_tts::device::DeviceChoice;
 use voxtral_tts::engine::{
     prepare_speech, Conditioning, EngineOptions, PreparedSpeech, Sampling, SpeechInput,
@@ -19,19 +19,25 @@ use voxtral_tts::models::xtts::XttsEngine;
 use voxtral_tts::scheduler::{JobEvent, JobOptions, StreamSettings, WorkerSettings};
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::DType;
-use voxtral_tts::testmodel::{cached_xtts_test_model, XTTS_STUDIO_VOICES};
+use voxtral_tts::testmodel::{cached_endless_xtts_test_model, XTTS_STUDIO_VOICES};
 
+/// The tiny folder whose GPT never picks the stop code: every request runs to its frame
+/// limit on every CPU (the XTTS goldens use the one that stops on its own).
 fn model() -> PathBuf {
-    cached_xtts_test_model(0).unwrap()
+    cached_endless_xtts_test_model(0).unwrap()
 }
 
 fn engine(sessions: usize) -> XttsEngine<TchTensor> {
+    load_engine(&model(), sessions)
+}
+
+fn load_engine(dir: &Path, sessions: usize) -> XttsEngine<TchTensor> {
     let options = EngineOptions {
         max_sessions: sessions,
         kv_cache_bytes: 64 << 20,
         ..EngineOptions::default()
     };
-    XttsEngine::load(&model(), &tch::Device::Cpu, DType::F32, &options).unwrap()
+    XttsEngine::load(dir, &tch::Device::Cpu, DType::F32, &options).unwrap()
 }
 
 fn input(text: &str, voice: &str, language: Option<&str>, temperature: Option<f32>) -> SpeechInput {
@@ -67,7 +73,7 @@ fn run_alone(engine: &XttsEngine<TchTensor>, request: &PreparedSpeech) -> Vec<Ve
 fn batched_sessions_equal_each_alone() {
     let engine = engine(3);
     let [claribel, viktor] = XTTS_STUDIO_VOICES;
-    let requests = [
+    let mut requests = [
         prepare(&engine, input("hello there.", claribel, None, Some(0.0))),
         prepare(
             &engine,
@@ -81,6 +87,11 @@ fn batched_sessions_equal_each_alone() {
         // Sampled at the model's settings: the seed replays the same draws, batched or not.
         prepare(&engine, input("sampled hello.", claribel, Some("de"), None)),
     ];
+    // Rows leave the batch at different steps, at their own frame limits.
+    let limits = [23, 40, 31];
+    for (request, limit) in requests.iter_mut().zip(limits) {
+        request.max_frames = limit;
+    }
     let alone: Vec<_> = requests.iter().map(|r| run_alone(&engine, r)).collect();
     let mut together: Vec<_> = requests
         .iter()
@@ -94,13 +105,11 @@ fn batched_sessions_equal_each_alone() {
         steps += 1;
     }
     let lengths: Vec<usize> = alone.iter().map(Vec::len).collect();
-    assert_eq!(steps, *lengths.iter().max().unwrap());
+    assert_eq!(lengths, limits);
+    assert_eq!(steps, 40);
     for (i, (session, want)) in together.iter().zip(&alone).enumerate() {
-        assert!(!want.is_empty(), "request {i} made no codes");
         assert_eq!(session.codes(), &want[..], "request {i}");
     }
-    // Different lengths: the rows really left the batch at different steps.
-    assert!(lengths.iter().any(|&n| n != lengths[0]), "{lengths:?}");
     drop(together);
     assert_eq!(engine.free_slots(), 3);
 }
@@ -204,8 +213,7 @@ fn code_limit_ends_with_max_frames() {
         &engine,
         input("limited.", XTTS_STUDIO_VOICES[1], None, Some(0.0)),
     );
-    let free = run_alone(&engine, &request).len();
-    assert!(free > 2, "{free} codes");
+    assert_eq!(run_alone(&engine, &request).len(), 40);
     request.max_frames = 2;
     let mut session = engine.start_session(&request, 0).unwrap();
     run_to_end(&engine, &mut session);
@@ -253,8 +261,50 @@ fn request_errors_name_their_field() {
     prepare_speech(&*preparer, cap, input(&long, voice, None, None)).unwrap();
 }
 
-fn server() -> Server {
-    let server = Server::spawn(&model(), &[], &[("VOXTRAL_DTYPE", "f32")]);
+/// A folder as coqui's trainer writes it (every fine-tuned XTTS-v2 folder people share):
+/// `config.json` from Python's json, with `Infinity` for the unbounded training lengths and
+/// `gpt_number_text_tokens: null` (the reference counts vocab.json's tokens), and a language
+/// that vocab.json has no tag for (refused per request, as the reference does, not at load).
+/// It speaks as the folder it was made from.
+#[test]
+fn a_folder_as_coqui_writes_it_loads_and_speaks_the_same() {
+    let made = model();
+    let tmp = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(&made).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), tmp.path().join(entry.file_name())).unwrap();
+    }
+    let read = |name: &str| std::fs::read_to_string(made.join(name)).unwrap();
+    let mut config: Value = serde_json::from_str(&read("config.json")).unwrap();
+    config["model_args"]["gpt_number_text_tokens"] = Value::Null;
+    for key in ["max_audio_len", "max_text_len"] {
+        config[key] = json!("INFINITY");
+    }
+    let config = serde_json::to_string_pretty(&config)
+        .unwrap()
+        .replace("\"INFINITY\"", "Infinity");
+    assert!(config.contains("\"max_text_len\": Infinity"), "{config}");
+    std::fs::write(tmp.path().join("config.json"), config).unwrap();
+    let vocab = read("vocab.json").replace("\"[ko]\"", "\"[kx]\"");
+    std::fs::write(tmp.path().join("vocab.json"), vocab).unwrap();
+
+    let coqui = load_engine(tmp.path(), 1);
+    let voice = XTTS_STUDIO_VOICES[0];
+    let korean = input("hello.", voice, Some("ko"), Some(0.0));
+    let refused = prepare_speech(&*coqui.preparer(), coqui.card().max_frames, korean).unwrap_err();
+    assert_eq!(refused.param(), "language");
+    assert!(refused.to_string().contains("[ko]"), "{refused}");
+    let codes = |engine: &XttsEngine<TchTensor>| {
+        run_alone(
+            engine,
+            &prepare(engine, input("hello there.", voice, None, Some(0.0))),
+        )
+    };
+    assert_eq!(codes(&coqui), codes(&engine(1)));
+}
+
+fn server(settings: &[(&str, &str)]) -> Server {
+    let server = Server::spawn(&model(), &[], settings);
     server.wait_ready();
     server
 }
@@ -268,9 +318,19 @@ fn speech(voice: Value, extra: Value) -> Value {
     body
 }
 
+/// At the default settings (bf16), as a user gets it.
 #[test]
 fn served_over_http() {
-    let server = server();
+    served_over_http_with(&[]);
+}
+
+#[test]
+fn served_over_http_in_f32() {
+    served_over_http_with(&[("VOXTRAL_DTYPE", "f32")]);
+}
+
+fn served_over_http_with(settings: &[(&str, &str)]) {
+    let server = server(settings);
     let models = server.get("/v1/models").json();
     let card = &models["data"][0];
     // Served without a model_id: under XTTS-v2's published name, not another family's.
@@ -353,18 +413,23 @@ fn chirp(hz: f64, seconds: f64) -> Vec<u8> {
     pcm16_wav(rate, &samples)
 }
 
+/// At the default settings (bf16), as a user gets it.
 #[test]
 fn cloned_voices_over_http() {
+    cloned_voices_at(&[]);
+}
+
+#[test]
+fn cloned_voices_over_http_in_f32() {
+    cloned_voices_at(&[("VOXTRAL_DTYPE", "f32")]);
+}
+
+fn cloned_voices_at(settings: &[(&str, &str)]) {
     let voices = tempfile::tempdir().unwrap();
     let dir = voices.path().join("voices");
-    let server = Server::spawn(
-        &model(),
-        &[],
-        &[
-            ("VOXTRAL_DTYPE", "f32"),
-            ("VOXTRAL_VOICES_DIR", dir.to_str().unwrap()),
-        ],
-    );
+    let mut env = vec![("VOXTRAL_VOICES_DIR", dir.to_str().unwrap())];
+    env.extend_from_slice(settings);
+    let server = Server::spawn(&model(), &[], &env);
     server.wait_ready();
     let (low, high) = (chirp(120.0, 1.5), chirp(600.0, 1.0));
     let mut reply = upload(&server, "one", &[&low]);
@@ -423,8 +488,15 @@ fn cloned_voices_over_http() {
     assert_eq!(param.as_deref(), Some("audio_sample"));
 }
 
+/// At the default dtype (bf16) and in f32.
 #[test]
 fn synth_clones_from_reference_audio() {
+    for dtype in ["bf16", "f32"] {
+        synth_clones_in(dtype);
+    }
+}
+
+fn synth_clones_in(dtype: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let (low, high) = (tmp.path().join("low.wav"), tmp.path().join("high.wav"));
     std::fs::write(&low, chirp(120.0, 1.5)).unwrap();
@@ -432,7 +504,7 @@ fn synth_clones_from_reference_audio() {
     let synth = |out: &std::path::Path, voice: &[&std::ffi::OsStr]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_voxtral-tts"))
             .args(["synth", "--model", model().to_str().unwrap()])
-            .args(["--text", "Hello.", "--temperature", "0", "--dtype", "f32"])
+            .args(["--text", "Hello.", "--temperature", "0", "--dtype", dtype])
             .args(["--device", "cpu", "--output"])
             .arg(out)
             .args(voice)

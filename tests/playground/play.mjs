@@ -1,4 +1,4 @@
-// Drives the /playground page in headless Chromium (tests/playground.rs runs it): for each
+// Drives the /playground page in headless Chromium (tests/it/playground.rs runs it): for each
 // format in turn it picks the format, clicks Speak and waits until the audio element plays
 // with currentTime > 0, or, with "expect": "error", until the page shows an error.
 //   node play.mjs '{"url": ".../playground?max_frames=40", "formats": ["mp3", "opus"],

@@ -1,6 +1,6 @@
 """Calls a running voxtral-tts server through the official `openai` Python SDK.
 
-Run by tests/server.rs (test `openai_python_sdk_works_unchanged`) with the SDK on PYTHONPATH
+Run by tests/it/server.rs (test `openai_python_sdk_works_unchanged`) with the SDK on PYTHONPATH
 (scripts/setup.sh installs it into .deps/pyclient). Environment: SERVER_BASE_URL (no /v1),
 SERVER_API_KEY. Exits non-zero, with the failing check, on any mismatch.
 """

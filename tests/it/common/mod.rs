@@ -13,7 +13,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 use voxtral_tts::engine::{SpeechSession, TextToSpeech};
 use voxtral_tts::scheduler::{start_worker, EngineState, JobQueue, LoadedModel, WorkerSettings};
-use voxtral_tts::testmodel::{cached_test_model, Preset};
+use voxtral_tts::testmodel::{cached_endless_test_model, Preset};
 
 /// Samples per frame (80 ms at 24 kHz).
 pub const FRAME: usize = 1920;
@@ -22,8 +22,12 @@ pub const OPENAI_VOICES: [&str; 13] = [
     "marin", "cedar",
 ];
 
+/// The tiny Voxtral TTS checkpoint the servers of the tests speak with: one that never says
+/// END_AUDIO, so every request runs to its `max_frames` on every CPU (the tests count frames,
+/// and some need a request that is still running). The parity tests use the checkpoints that
+/// stop on their own.
 pub fn model() -> PathBuf {
-    cached_test_model(Preset::Tiny, 0).unwrap()
+    cached_endless_test_model(Preset::Tiny, 0).unwrap()
 }
 
 /// A `voxtral-tts serve` child process, killed when dropped.

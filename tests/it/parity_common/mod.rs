@@ -1,6 +1,6 @@
 //! Parity with the reference (vLLM-Omni semantics; goldens from mlx-audio 0.6.2 patched at run
-//! time, see tools/goldens/), for any backend: tests/parity.rs runs it on libtorch,
-//! tests/parity_mlx.rs on MLX, with the same goldens and bounds. Checkpoints are rebuilt by
+//! time, see tools/goldens/), for any backend: tests/it/parity.rs runs it on libtorch,
+//! tests/it/parity_mlx.rs on MLX, with the same goldens and bounds. Checkpoints are rebuilt by
 //! `make-test-model` (deterministic per seed) and checked against the hash the goldens were
 //! made from.
 // Each test binary uses only some of these.
@@ -184,7 +184,7 @@ pub fn assert_codec_matches<T: Tensor>(device: &T::Device, name: &str) {
 
 /// bf16 compute against the f32 reference, teacher-forced (each step is fed the reference's
 /// previous frame, so one early difference does not derail the rest). The bounds are the
-/// documented bf16 tolerance (README, "Numerics").
+/// documented bf16 tolerance (docs/correctness.md, "Numerics").
 pub fn assert_bf16_teacher_forced_within_tolerance<T: Tensor>(device: &T::Device) {
     for name in ["tiny_zeros", "tiny_noise", "odd_noise"] {
         let case = Case::load(name);

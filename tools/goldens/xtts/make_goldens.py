@@ -11,7 +11,7 @@ vocoder and speaker encoder (`hifigan_decoder.*`) are left out: nothing here run
 folder's are narrower than coqui's hard-coded widths, so coqui could not load them.
 
 The goldens were made when the folder held the GPT half only; `checkpoint_sha256` is that
-file's hash, which tests/parity_xtts.rs checks against `testmodel::write_xtts_gpt_checkpoint`.
+file's hash, which tests/it/parity_xtts.rs checks against `testmodel::write_xtts_gpt_checkpoint`.
 A new run must record that file's hash, not the folder's `model.safetensors`.
 
 Everything runs through the reference's own functions, in float32 on the CPU:
