@@ -227,7 +227,11 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     let voices = VoiceStore::open(&config.voices_dir, config.max_voices)
         .context("opening the custom voices (voices_dir)")?;
     let mut workers = Vec::new();
-    let (models, voice_encoders, transcribers) = match start_models(&config, &mut workers) {
+    let Started {
+        models,
+        voice_encoders,
+        transcribers,
+    } = match start_models(&config, &mut workers) {
         Ok(started) => started,
         Err(e) => {
             // The queues are gone with the error: each thread ends once its model has loaded.
@@ -309,17 +313,19 @@ async fn serve_until_shutdown(
     served
 }
 
+/// The served models, each with the threads that own it.
+struct Started {
+    models: Vec<ServedModel>,
+    voice_encoders: Vec<ServedVoiceEncoder>,
+    transcribers: Vec<ServedTranscriber>,
+}
+
 /// The served models' threads, started in the order of the settings (pushed onto `workers` as
 /// they start, so that the caller can join them when a later one fails to start).
-#[allow(clippy::type_complexity)]
 fn start_models(
     config: &ServerConfig,
     workers: &mut Vec<std::thread::JoinHandle<()>>,
-) -> anyhow::Result<(
-    Vec<ServedModel>,
-    Vec<ServedVoiceEncoder>,
-    Vec<ServedTranscriber>,
-)> {
+) -> anyhow::Result<Started> {
     let (mut models, mut voice_encoders, mut transcribers) = (Vec::new(), Vec::new(), Vec::new());
     for (id, model_dir) in config.models() {
         if let Ok(Family::VoxtralRealtime) = detect_family(&model_dir) {
@@ -380,7 +386,11 @@ fn start_models(
         });
         models.push(ServedModel { id, queue, engine });
     }
-    Ok((models, voice_encoders, transcribers))
+    Ok(Started {
+        models,
+        voice_encoders,
+        transcribers,
+    })
 }
 
 /// Waits for every model thread to end; false when one panicked.
