@@ -40,6 +40,19 @@ pub fn never_end_codec(weights: &Path, eos: usize, codes: usize) -> Result<()> {
     })
 }
 
+/// Voxtral Realtime: `</s>`'s row of the tied embedding (the head) zero, and the rows after it
+/// in opposite pairs. Decoding stays bounded: one token per audio position.
+pub fn never_end_transcript(weights: &Path, eos: usize) -> Result<()> {
+    edit_rows(
+        weights,
+        "mm_streams_embeddings.embedding_module.tok_embeddings.weight",
+        |embeddings| {
+            embeddings.zero(eos);
+            embeddings.mirror(eos + 1..embeddings.rows);
+        },
+    )
+}
+
 /// XTTS-v2: the stop code's `mel_head` row zero and its bias -10⁴, a logit far below every
 /// other code's, so neither greedy decoding nor top-k/top-p sampling picks it.
 pub fn never_stop_audio(weights: &Path, stop: usize) -> Result<()> {

@@ -659,13 +659,23 @@ pub fn cached_test_model(preset: Preset, seed: u64) -> Result<PathBuf> {
     })
 }
 
-/// [`cached_test_model`]'s checkpoint, but one that never says END_AUDIO
-/// ([`endless::never_end_audio`]): every request runs to its frame limit on every CPU.
+/// [`cached_test_model`]'s checkpoint, but one that never stops on its own: a Voxtral TTS
+/// preset never says END_AUDIO ([`endless::never_end_audio`]), so every request runs to its
+/// frame limit; `stt-tiny` never says `</s>` ([`endless::never_end_transcript`]), so it
+/// decodes every position of the audio. The same on every CPU.
 pub fn cached_endless_test_model(preset: Preset, seed: u64) -> Result<PathBuf> {
     let name = format!("{}-endless", preset.name());
     cached_folder(&name, seed, "consolidated.safetensors", |dir| {
         make_test_model(dir, preset, seed)?;
-        endless::never_end_audio(&dir.join("consolidated.safetensors"))
+        let weights = dir.join("consolidated.safetensors");
+        if preset != Preset::SttTiny {
+            return endless::never_end_audio(&weights);
+        }
+        let tekken = crate::tokenizers::tekken::Tekken::from_file(&dir.join("tekken.json"))?;
+        let eos = tekken
+            .special_id("</s>")
+            .context("the test tekken.json has no </s>")?;
+        endless::never_end_transcript(&weights, eos as usize)
     })
 }
 

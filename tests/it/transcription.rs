@@ -8,12 +8,14 @@ use common::*;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
-use voxtral_tts::testmodel::{cached_test_model, Preset};
+use voxtral_tts::testmodel::{cached_endless_test_model, Preset};
 
 const BOUNDARY: &str = "transcription-test-boundary";
 
+/// The `stt-tiny` checkpoint that never says `</s>`: every utterance decodes as many tokens as
+/// its audio has positions, on every CPU.
 fn stt_model() -> std::path::PathBuf {
-    cached_test_model(Preset::SttTiny, 0).unwrap()
+    cached_endless_test_model(Preset::SttTiny, 0).unwrap()
 }
 
 /// Starts a server on the tiny speech model and the tiny speech-to-text model.
@@ -26,13 +28,12 @@ fn start() -> Server {
             .as_array()
             .unwrap()
             .iter()
-            .any(|m| m["id"] == "stt-tiny-0" && m["capabilities"].is_object())
+            .any(|m| m["id"] == "stt-tiny-endless-0" && m["capabilities"].is_object())
     });
     server
 }
 
-/// One second of a 16-bit mono WAV at 16 kHz: a cubic chirp (on `stt-tiny` seed 0 it decodes
-/// to one text token, repeated).
+/// One second of a 16-bit mono WAV at 16 kHz: a cubic chirp.
 fn wav() -> Vec<u8> {
     wav_of(16_000)
 }
@@ -118,7 +119,7 @@ fn every_response_format_carries_the_clis_text() {
     let audio = wav();
     let want = cli_text(&audio);
     assert!(!want.is_empty(), "the test checkpoint decodes some text");
-    let model = ("model", "stt-tiny-0");
+    let model = ("model", "stt-tiny-endless-0");
 
     let json = transcribe(
         &server,
@@ -176,7 +177,7 @@ fn streamed_deltas_join_to_the_text() {
     let want = cli_text(&audio);
     let reply = transcribe(
         &server,
-        &[("model", "stt-tiny-0"), ("stream", "true")],
+        &[("model", "stt-tiny-endless-0"), ("stream", "true")],
         Some(&audio),
     );
     reply.assert_ok();
@@ -207,7 +208,7 @@ type Case<'a> = (&'a [(&'a str, &'a str)], Option<&'a [u8]>, u16, &'a str);
 fn bad_requests_get_openai_errors() {
     let server = start();
     let audio = wav();
-    let stt = ("model", "stt-tiny-0");
+    let stt = ("model", "stt-tiny-endless-0");
     let cases: [Case; 7] = [
         (&[stt], None, 400, "file"),
         (&[stt], Some(b""), 400, "file"),
@@ -236,7 +237,7 @@ fn bad_requests_get_openai_errors() {
         }
     }
     // The speech-to-text model cannot speak.
-    let reply = server.speech(speech_body_for("stt-tiny-0"));
+    let reply = server.speech(speech_body_for("stt-tiny-endless-0"));
     let (_, param, _) = reply.error(400);
     assert_eq!(param.as_deref(), Some("model"));
     let message = reply.json()["error"]["message"].to_string();
@@ -247,7 +248,7 @@ fn bad_requests_get_openai_errors() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|m| m["id"] == "stt-tiny-0")
+        .find(|m| m["id"] == "stt-tiny-endless-0")
         .unwrap()
         .clone();
     assert_eq!(
@@ -268,7 +269,7 @@ fn uploads_over_the_limits_are_refused() {
         ],
     );
     server.wait_ready();
-    let stt = ("model", "stt-tiny-0");
+    let stt = ("model", "stt-tiny-endless-0");
     assert_eq!(oversized_upload_status(&server, 50_000), 413);
     // 1.2 s: 38,444 bytes, under the byte limit, over the duration limit.
     let (_, param, _) = transcribe(&server, &[stt], Some(&wav_of(19_200))).error(400);
