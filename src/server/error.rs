@@ -91,17 +91,15 @@ impl ApiError {
 
     /// 404 for a `model` this server does not serve (OpenAI's `model_not_found`).
     pub fn model_not_found(name: &str, served: &[&str]) -> Self {
-        ApiError {
-            param: Some("model".into()),
-            ..ApiError::new(
-                StatusCode::NOT_FOUND,
-                Some("model_not_found"),
-                format!(
-                    "The model '{name}' does not exist on this server. Served: {}.",
-                    served.join(", ")
-                ),
-            )
-        }
+        ApiError::no_such_model(format!(
+            "The model '{name}' does not exist on this server. Served: {}.",
+            served.join(", ")
+        ))
+    }
+
+    /// OpenAI's 404 `model_not_found` on `model`, saying why.
+    pub fn no_such_model(message: String) -> Self {
+        ApiError::new(StatusCode::NOT_FOUND, Some("model_not_found"), message).with_param("model")
     }
 
     /// 503 once shutdown has begun.

@@ -99,16 +99,11 @@ impl AppState {
     pub fn default_model(&self) -> Result<&ServedModel, ApiError> {
         self.models.first().ok_or_else(|| {
             let served: Vec<&str> = self.transcribers.iter().map(|m| m.id.as_str()).collect();
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                Some("model_not_found"),
-                format!(
-                    "This server serves no text-to-speech model, only speech to text ({}): \
-                     use /v1/audio/transcriptions.",
-                    served.join(", ")
-                ),
-            )
-            .with_param("model")
+            ApiError::no_such_model(format!(
+                "This server serves no text-to-speech model, only speech to text ({}): use \
+                 /v1/audio/transcriptions.",
+                served.join(", ")
+            ))
         })
     }
 
@@ -147,15 +142,10 @@ impl AppState {
         if OPENAI_TRANSCRIPTION_ALIASES.contains(&name) {
             return self.transcribers.first().ok_or_else(|| {
                 let served: Vec<&str> = self.models.iter().map(|m| m.id.as_str()).collect();
-                ApiError::new(
-                    StatusCode::NOT_FOUND,
-                    Some("model_not_found"),
-                    format!(
-                        "This server serves no speech-to-text model, only text to speech ({}).",
-                        served.join(", ")
-                    ),
-                )
-                .with_param("model")
+                ApiError::no_such_model(format!(
+                    "This server serves no speech-to-text model, only text to speech ({}).",
+                    served.join(", ")
+                ))
             });
         }
         if self.models.iter().any(|m| m.id == name) || OPENAI_MODEL_ALIASES.contains(&name) {

@@ -1,5 +1,6 @@
 //! Strict loading: every malformed model folder is an error that names the file and the key.
 
+use crate::common::copy_dir;
 use std::path::{Path, PathBuf};
 use voxtral_tts::models::voxtral_tts::voices::load_voices;
 use voxtral_tts::models::voxtral_tts::{LoadError, Voxtral};
@@ -14,19 +15,6 @@ fn broken_copy() -> (tempfile::TempDir, PathBuf) {
     let dst = tmp.path().join("model");
     copy_dir(&src, &dst);
     (tmp, dst)
-}
-
-fn copy_dir(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for e in std::fs::read_dir(src).unwrap() {
-        let e = e.unwrap();
-        let to = dst.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to);
-        } else {
-            std::fs::copy(e.path(), to).unwrap();
-        }
-    }
 }
 
 fn load_error(dir: &Path) -> String {

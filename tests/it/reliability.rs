@@ -175,23 +175,10 @@ fn post_oversized(url: &str, size: usize, key: &str) -> String {
     String::from_utf8_lossy(&reply).into_owned()
 }
 
-/// A copy of the tiny model folder (symlinks, except `replace`d files) broken by `breakage`.
+/// A copy of the tiny model folder broken by `breakage`.
 fn broken_model(breakage: impl FnOnce(&Path)) -> tempfile::TempDir {
-    let tiny = model();
     let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(&tiny).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_type().unwrap().is_dir() {
-            let to = dir.path().join(entry.file_name());
-            std::fs::create_dir(&to).unwrap();
-            for file in std::fs::read_dir(entry.path()).unwrap() {
-                let file = file.unwrap();
-                std::fs::copy(file.path(), to.join(file.file_name())).unwrap();
-            }
-        } else {
-            std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
-        }
-    }
+    copy_dir(&model(), dir.path());
     breakage(dir.path());
     dir
 }

@@ -270,10 +270,7 @@ fn request_errors_name_their_field() {
 fn a_folder_as_coqui_writes_it_loads_and_speaks_the_same() {
     let made = model();
     let tmp = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(&made).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), tmp.path().join(entry.file_name())).unwrap();
-    }
+    common::copy_dir(&made, tmp.path());
     let read = |name: &str| std::fs::read_to_string(made.join(name)).unwrap();
     let mut config: Value = serde_json::from_str(&read("config.json")).unwrap();
     config["model_args"]["gpt_number_text_tokens"] = Value::Null;

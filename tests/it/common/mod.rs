@@ -441,3 +441,17 @@ pub fn upload_voice(server: &Server, fields: &[(&str, &str)], clips: &[&[u8]]) -
     );
     send(request, Some(&voice_form(fields, clips)))
 }
+
+/// A copy of the folder `src` (and its subfolders) at `dst`.
+pub fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to);
+        } else {
+            std::fs::copy(e.path(), to).unwrap();
+        }
+    }
+}
