@@ -3,6 +3,7 @@
 
 use crate::device::DeviceChoice;
 use crate::models::detect_family;
+use crate::tensor::quantized::{parse_quantize, QuantFormat};
 use crate::tensor::DType;
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
@@ -34,6 +35,10 @@ pub struct ServerConfig {
     #[serde(deserialize_with = "parse_with_from_str")]
     pub device: DeviceChoice,
     pub dtype: ComputeDType,
+    /// How each model's large linear weights are stored: one format for every model, or one
+    /// per model in the order of `model`; `None` keeps them as the checkpoint has them.
+    #[serde(default, deserialize_with = "quantize_list")]
+    pub quantize: Vec<Option<QuantFormat>>,
     /// libtorch CPU threads; 0 = its default.
     pub threads: usize,
     pub queue_capacity: usize,
@@ -143,6 +148,8 @@ pub struct FlagOverrides {
     pub host: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quantize: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -155,6 +162,8 @@ pub enum ConfigError {
     TooManyIds { ids: usize, models: usize },
     #[error("two models are served as {0:?}: give each its own model_id")]
     DuplicateId(String),
+    #[error("quantize lists {formats} formats for {models} model folders: give one for all, or one per model")]
+    QuantizeCount { formats: usize, models: usize },
     #[error("{key} must be at least 1")]
     Zero { key: &'static str },
 }
@@ -186,6 +195,12 @@ impl ServerConfig {
         if config.model_id.len() > config.model.len() {
             return Err(ConfigError::TooManyIds {
                 ids: config.model_id.len(),
+                models: config.model.len(),
+            });
+        }
+        if config.quantize.len() > 1 && config.quantize.len() != config.model.len() {
+            return Err(ConfigError::QuantizeCount {
+                formats: config.quantize.len(),
                 models: config.model.len(),
             });
         }
@@ -249,6 +264,14 @@ impl ServerConfig {
                 (id, dir.clone())
             })
             .collect()
+    }
+
+    /// How the `index`th model's large linear weights are stored.
+    pub fn quantize_of(&self, index: usize) -> Option<QuantFormat> {
+        match self.quantize.as_slice() {
+            [all] => *all,
+            per_model => per_model.get(index).copied().flatten(),
+        }
     }
 
     pub fn request_timeout(&self) -> Duration {
@@ -316,6 +339,14 @@ fn string_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error>
     }
 
     d.deserialize_any(ListVisitor)
+}
+
+/// Weight formats (`none`, `q8`, `q4`) as [`string_list`] reads them.
+fn quantize_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Option<QuantFormat>>, D::Error> {
+    string_list(d)?
+        .iter()
+        .map(|s| parse_quantize(s).map_err(de::Error::custom))
+        .collect()
 }
 
 /// Paths as [`string_list`] reads them: a TOML array, or one comma-separated string.

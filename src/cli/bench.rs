@@ -8,6 +8,7 @@ use crate::models::voxtral_tts::params::Config;
 use crate::models::voxtral_tts::{Generation, Noise, StageTimes, SynthesisRequest, Voxtral};
 use crate::models::{detect_family, Family};
 use crate::tensor::cpu_gemv::{peak_f32_flops, sampled_f32_flops, Variant};
+use crate::tensor::quantized::{parse_quantize, QuantFormat};
 use crate::tensor::tch_backend::TchTensor;
 use crate::tensor::{linear_multiply_adds, timed_products, ROW_CLASSES};
 use crate::tensor::{DType, Tensor};
@@ -30,6 +31,10 @@ pub struct BenchArgs {
     pub(super) frames: usize,
     #[arg(long, value_parser = parse_dtype, default_value = "bf16")]
     pub(super) dtype: DType,
+    /// How the large linear weights are stored: none | q8 | q4 (`Option`
+    /// spelled out: clap would make an `Option` flag optional instead of parsing `none`).
+    #[arg(long, value_parser = parse_quantize, default_value = "none")]
+    pub(super) quantize: std::option::Option<QuantFormat>,
     #[arg(long, default_value = "auto")]
     pub(super) device: DeviceChoice,
     /// libtorch intra-op threads (default: libtorch's choice).
@@ -92,6 +97,7 @@ fn engine_options(args: &BenchArgs, dir: &std::path::Path) -> Result<EngineOptio
     Ok(EngineOptions {
         max_sessions: sessions,
         kv_cache_bytes: sessions * positions * per_position,
+        quantize: args.quantize,
         ..EngineOptions::default()
     })
 }

@@ -65,8 +65,9 @@ impl OnBackend for SttBench<'_> {
         };
 
         let started = Instant::now();
-        let model = Transcriber::<T>::load(dir, device, args.dtype, positions)
-            .context("loading the model")?;
+        let model =
+            Transcriber::<T>::load_quantized(dir, device, args.dtype, positions, args.quantize)
+                .context("loading the model")?;
         println!(
             "model      {} (Voxtral Realtime, {}, {threads} threads)",
             dir.display(),

@@ -9,6 +9,7 @@ mod bench_stt;
 mod convert;
 mod download;
 mod load;
+mod quantize;
 mod serve;
 mod synth;
 mod transcribe;
@@ -59,6 +60,9 @@ enum Command {
     /// Write an XTTS-v2 folder's pickles (model.pth, speakers_xtts.pth) as safetensors, read
     /// without executing them, so the folder serves without pickles.
     Convert(convert::ConvertArgs),
+    /// Write a model folder with its large linear weights in 8 or 4 bits (q8, q4), read in
+    /// place by the server.
+    Quantize(quantize::QuantizeArgs),
     /// Write a random checkpoint in the published layout (for tests and benchmarks).
     #[cfg(feature = "testmodel")]
     MakeTestModel {
@@ -97,6 +101,7 @@ pub fn main() -> ExitCode {
         Command::Load(args) => load::run(args),
         Command::Download(args) => download::run(args),
         Command::Convert(args) => convert::run(args),
+        Command::Quantize(args) => quantize::run(args),
         #[cfg(feature = "testmodel")]
         Command::MakeTestModel {
             out,

@@ -21,6 +21,9 @@ pub struct ServeArgs {
     /// variables override it, and flags override both.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Weight format of every model: none | q8 | q4 (the `quantize` setting).
+    #[arg(long)]
+    quantize: Option<String>,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -28,6 +31,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         model: args.model,
         host: args.host,
         port: args.port,
+        quantize: args.quantize,
     };
     let config = ServerConfig::load(args.config.as_deref(), &flags)?;
     init_logging(config.log_format);

@@ -14,6 +14,7 @@ use crate::scheduler::{
     StreamSettings, WorkerSettings,
 };
 use crate::server::voice_catalog;
+use crate::tensor::quantized::{parse_quantize, QuantFormat};
 use crate::tensor::DType;
 use crate::text::DEFAULT_SEGMENT_CHARS;
 use anyhow::{bail, Context, Result};
@@ -72,6 +73,10 @@ pub struct SynthArgs {
     instructions: Option<String>,
     #[arg(long, value_parser = parse_dtype, default_value = "bf16")]
     dtype: DType,
+    /// How the large linear weights are stored: none | q8 | q4 (`Option`
+    /// spelled out: clap would make an `Option` flag optional instead of parsing `none`).
+    #[arg(long, value_parser = parse_quantize, default_value = "none")]
+    quantize: std::option::Option<QuantFormat>,
     /// auto | cpu | cuda | cuda:N | mlx (auto prefers CUDA; MLX on Apple Silicon builds with
     /// the `mlx` feature).
     #[arg(long, default_value = "auto")]
@@ -103,6 +108,7 @@ fn start(
     dir: &Path,
     device: DeviceChoice,
     dtype: DType,
+    quantize: Option<QuantFormat>,
 ) -> Result<(JobQueue, Arc<LoadedModel>, JoinHandle<()>)> {
     let settings = WorkerSettings {
         model_id: "synth".into(),
@@ -113,7 +119,10 @@ fn start(
         #[cfg(debug_assertions)]
         panic_on_input: None,
         streaming: StreamSettings::default(),
-        engine: EngineOptions::default(),
+        engine: EngineOptions {
+            quantize,
+            ..EngineOptions::default()
+        },
     };
     let (queue, mut state, worker) = start_worker(settings, 1)?;
     let loaded = state.wait_for(|s| !matches!(s, EngineState::Loading));
@@ -132,7 +141,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 /// Synthesizes as the server does: the same text preparation (normalization, segments), the
 /// same worker, the same crossfades, so the same request gives the same audio.
 pub fn run(args: SynthArgs) -> Result<()> {
-    let (queue, model, worker) = start(&args.model, args.device, args.dtype)?;
+    let (queue, model, worker) = start(&args.model, args.device, args.dtype, args.quantize)?;
     let card = &model.card;
     let custom_voice = match args.voice {
         Some(_) => None,
@@ -281,7 +290,7 @@ fn collect(mut events: UnboundedReceiver<JobEvent>) -> Result<(Vec<f32>, JobSumm
 }
 
 pub fn list_voices(dir: &Path) -> Result<()> {
-    let (_queue, model, _worker) = start(dir, DeviceChoice::Cpu, DType::BF16)?;
+    let (_queue, model, _worker) = start(dir, DeviceChoice::Cpu, DType::BF16, None)?;
     for v in &model.card.voices {
         println!("{}", v.name);
     }

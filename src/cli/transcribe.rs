@@ -7,6 +7,7 @@ use crate::device::{DeviceChoice, OnBackend};
 use crate::models::voxtral_realtime::params::Config;
 use crate::models::voxtral_realtime::transcriber::{Transcriber, Transcript};
 use crate::models::{detect_family, Family};
+use crate::tensor::quantized::{parse_quantize, QuantFormat};
 use crate::tensor::{DType, Tensor};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -30,6 +31,10 @@ pub struct TranscribeArgs {
     dump_tokens: Option<PathBuf>,
     #[arg(long, value_parser = parse_dtype, default_value = "bf16")]
     dtype: DType,
+    /// How the large linear weights are stored: none | q8 | q4 (`Option`
+    /// spelled out: clap would make an `Option` flag optional instead of parsing `none`).
+    #[arg(long, value_parser = parse_quantize, default_value = "none")]
+    quantize: std::option::Option<QuantFormat>,
     /// auto | cpu | cuda | cuda:N | mlx.
     #[arg(long, default_value = "auto")]
     device: DeviceChoice,
@@ -55,6 +60,7 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
         audio: &audio.samples,
         positions: config.streaming.offline_positions(audio.samples.len()),
         dtype: args.dtype,
+        quantize: args.quantize,
     };
     let transcript = args.device.run(0, job).map_err(anyhow::Error::msg)??;
     if let Some(path) = &args.dump_tokens {
@@ -72,13 +78,20 @@ struct Transcribe<'a> {
     audio: &'a [f32],
     positions: usize,
     dtype: DType,
+    quantize: Option<QuantFormat>,
 }
 
 impl OnBackend for Transcribe<'_> {
     type Output = Result<Transcript>;
 
     fn run<T: Tensor>(self, device: &T::Device) -> Result<Transcript> {
-        let model = Transcriber::<T>::load(self.dir, device, self.dtype, self.positions)?;
+        let model = Transcriber::<T>::load_quantized(
+            self.dir,
+            device,
+            self.dtype,
+            self.positions,
+            self.quantize,
+        )?;
         Ok(model.transcribe(self.audio)?)
     }
 }

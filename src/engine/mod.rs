@@ -21,6 +21,7 @@ pub use prepare::{
 };
 pub use voice::{CustomVoice, VoiceTensors};
 
+use crate::tensor::quantized::QuantFormat;
 use std::sync::Arc;
 
 /// Why a session stopped.
@@ -201,6 +202,9 @@ pub struct EngineOptions {
     /// Memory of the KV pool, split evenly between its slots. A slot's positions (at most the
     /// model's) bound a session's prompt plus frames.
     pub kv_cache_bytes: usize,
+    /// How the large linear weights are stored where the backend multiplies that format
+    /// (`None`: as the checkpoint stores them, in the compute dtype).
+    pub quantize: Option<QuantFormat>,
 }
 
 impl Default for EngineOptions {
@@ -209,6 +213,7 @@ impl Default for EngineOptions {
             prefill_chunk_tokens: 256,
             max_sessions: 8,
             kv_cache_bytes: 2 << 30,
+            quantize: None,
         }
     }
 }

@@ -6,6 +6,7 @@
 //! `crate::tensor::Tensor` from the layers in `crate::nn`, a `TextToSpeech` (and
 //! `SpeechPreparer`) implementation, and a line in [`Family`] and [`load_tts`].
 
+pub mod quantize;
 pub mod qwen3_tts;
 pub mod voxtral_realtime;
 pub mod voxtral_tts;

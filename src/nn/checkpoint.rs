@@ -4,6 +4,7 @@
 //! the file and the key.
 
 use super::LoadError;
+use crate::tensor::quantized::QuantFormat;
 use crate::tensor::{DType, RawTensor, Tensor};
 use memmap2::Mmap;
 use safetensors::{Dtype as StDtype, SafeTensors};
@@ -182,6 +183,46 @@ impl Checkpoint {
             shape: view.shape().to_vec(),
             data: view.data(),
         })
+    }
+
+    /// The blocks of the `[out, k]` weight at `key` where a quantized checkpoint stores it in
+    /// one of [`QuantFormat`]'s layouts (bytes `[out, k / 32, block]`); `None` where it is
+    /// stored as values.
+    pub fn quantized(
+        &self,
+        key: &str,
+        [out, k]: [usize; 2],
+    ) -> Result<Option<(QuantFormat, &'static [u8])>, LoadError> {
+        let Some(shard) = self.index.get(key).map(|&i| &self.shards[i]) else {
+            return Err(LoadError::invalid(self.files(), key, "missing tensor"));
+        };
+        let view = shard
+            .tensors
+            .tensor(key)
+            .map_err(|e| LoadError::invalid(&shard.file, key, e.to_string()))?;
+        if view.dtype() != StDtype::U8 {
+            return Ok(None);
+        }
+        let format = match view.shape() {
+            &[_, _, block] => QuantFormat::of_block_bytes(block),
+            _ => None,
+        };
+        match format {
+            Some(format) if QuantFormat::fits(k) && view.shape() == format.stored_shape(out, k) => {
+                self.used.borrow_mut().insert(key.to_string());
+                Ok(Some((format, view.data())))
+            }
+            _ => Err(LoadError::invalid(
+                &shard.file,
+                key,
+                format!(
+                    "bytes of shape {:?}: not a quantized [{out}, {k}] weight (q8: [{out}, {}, 34], q4: [{out}, {}, 18])",
+                    view.shape(),
+                    k / 32,
+                    k / 32
+                ),
+            )),
+        }
     }
 
     /// The tensor at `key` in `dtype`, sharing the mapped bytes where the backend allows.

@@ -1,7 +1,9 @@
 //! Building blocks shared by the backbone, the flow head and the codec.
 
 use super::checkpoint::Checkpoint;
+use super::quantized_keys;
 use super::LoadError;
+use crate::tensor::quantized::QuantFormat;
 use crate::tensor::{DType, Products, Tensor};
 use std::ops::Range;
 
@@ -36,6 +38,9 @@ pub struct Loader<'a, T: Tensor> {
     /// Matrices (linear weights only) in the backend's form for products of a few rows made
     /// many times over (`Tensor::pack_for_few_rows`), taking these products.
     pack: Option<Products>,
+    /// Matrices (linear weights only) stored in this format where the backend multiplies it
+    /// (`Tensor::quantize_weight`), before any packing.
+    quantize: Option<QuantFormat>,
 }
 
 impl<'a, T: Tensor> Loader<'a, T> {
@@ -47,6 +52,7 @@ impl<'a, T: Tensor> Loader<'a, T> {
             prefix: String::new(),
             fuse: !T::is_cpu(device),
             pack: None,
+            quantize: None,
         }
     }
 
@@ -55,6 +61,15 @@ impl<'a, T: Tensor> Loader<'a, T> {
     pub fn packing(&self, products: Products) -> Self {
         Loader {
             pack: Some(products),
+            ..self.with_dtype(self.dtype)
+        }
+    }
+
+    /// The same loader, its matrices stored in `format` (`Loader::quantize`): for a part
+    /// whose every matrix is a linear weight.
+    pub fn quantizing(&self, format: Option<QuantFormat>) -> Self {
+        Loader {
+            quantize: format,
             ..self.with_dtype(self.dtype)
         }
     }
@@ -84,6 +99,7 @@ impl<'a, T: Tensor> Loader<'a, T> {
             prefix: self.prefix.clone(),
             fuse: self.fuse,
             pack: self.pack,
+            quantize: self.quantize,
         }
     }
 
@@ -96,7 +112,22 @@ impl<'a, T: Tensor> Loader<'a, T> {
         self.ckpt.shape(&self.key(key))
     }
 
+    /// The tensor at `key`; a matrix quantized, or packed, as this loader says; a matrix a
+    /// quantized checkpoint stores in blocks, read as such.
     pub fn tensor(&self, key: &str, shape: &[usize]) -> Result<T, LoadError> {
+        if let &[out, k] = shape {
+            if let Some(weight) = self.stored_quantized(key, [out, k])? {
+                return Ok(weight);
+            }
+        }
+        if let Some(format) = self.quantize.filter(|_| shape.len() == 2) {
+            // From the stored values, as `voxtral-tts quantize` does: the same blocks.
+            let stored = self.tensor_as_stored(key, shape)?;
+            if let Some(quantized) = stored.quantize_weight(format) {
+                quantized_keys::record(&self.key(key), format, false);
+                return Ok(quantized);
+            }
+        }
         let t = self
             .ckpt
             .load::<T>(self.device, &self.key(key), shape, self.dtype)?;
@@ -104,6 +135,34 @@ impl<'a, T: Tensor> Loader<'a, T> {
             Some(products) => T::pack_for_few_rows(&[&t], products).unwrap_or(t),
             None => t,
         })
+    }
+
+    /// The `[out, k]` weight at `key` where a quantized checkpoint stores it in blocks.
+    pub fn stored_quantized(&self, key: &str, shape: [usize; 2]) -> Result<Option<T>, LoadError> {
+        let Some((format, blocks)) = self.ckpt.quantized(&self.key(key), shape)? else {
+            return Ok(None);
+        };
+        // SAFETY: `blocks` point into a shard's map, which the model holds (`mmaps()`) for as
+        // long as its tensors live, and which is never written.
+        Ok(Some(unsafe {
+            T::from_quantized(self.device, blocks, format, shape, self.dtype)
+        }))
+    }
+
+    /// The linear weight `[out, k]` of `values`, the one stored at `key` transposed (`[k, out]`,
+    /// as GPT-2's `Conv1D` stores it), quantized as this loader says.
+    pub fn transposed_weight(&self, key: &str, values: &[f32], shape: [usize; 2]) -> T {
+        let t = self.from_f32(values, &shape);
+        match self
+            .quantize
+            .and_then(|format| Some((format, t.quantize_weight(format)?)))
+        {
+            Some((format, quantized)) => {
+                quantized_keys::record(&self.key(key), format, true);
+                quantized
+            }
+            None => t,
+        }
     }
 
     pub fn tensor_as(&self, key: &str, shape: &[usize], dtype: DType) -> Result<T, LoadError> {

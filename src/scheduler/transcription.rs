@@ -12,6 +12,7 @@ use crate::models::voxtral_realtime::batch::{BatchDecoder, Utterance};
 use crate::models::voxtral_realtime::params::Config;
 use crate::models::voxtral_realtime::timing::{token_seconds, words, TimedText};
 use crate::models::voxtral_realtime::transcriber::{Transcriber, Transcript};
+use crate::tensor::quantized::QuantFormat;
 use crate::tensor::{DType, Tensor};
 use live::{LiveCommand, LiveSessions, LiveStreams};
 use std::collections::VecDeque;
@@ -35,6 +36,8 @@ pub struct TranscriptionSettings {
     /// Live sessions open at once; the KV cache has a slot for each, and one for the
     /// utterance of `/v1/audio/transcriptions` being transcribed.
     pub max_live_sessions: usize,
+    /// How the large linear weights are stored.
+    pub quantize: Option<QuantFormat>,
 }
 
 /// What clients may know of a loaded speech-to-text model.
@@ -217,8 +220,14 @@ impl OnBackend for Worker<'_> {
             .and_then(|config| {
                 let samples = (s.max_audio_seconds * f64::from(config.mel.sample_rate)).ceil();
                 let positions = config.streaming.offline_positions(samples as usize);
-                Transcriber::<T>::load(&s.model_dir, device, s.dtype, positions)
-                    .map_err(|e| e.to_string())
+                Transcriber::<T>::load_quantized(
+                    &s.model_dir,
+                    device,
+                    s.dtype,
+                    positions,
+                    s.quantize,
+                )
+                .map_err(|e| e.to_string())
             });
         let model = match loaded {
             Ok(model) => model,

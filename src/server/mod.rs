@@ -327,7 +327,7 @@ fn start_models(
     workers: &mut Vec<std::thread::JoinHandle<()>>,
 ) -> anyhow::Result<Started> {
     let (mut models, mut voice_encoders, mut transcribers) = (Vec::new(), Vec::new(), Vec::new());
-    for (id, model_dir) in config.models() {
+    for (index, (id, model_dir)) in config.models().into_iter().enumerate() {
         if let Ok(Family::VoxtralRealtime) = detect_family(&model_dir) {
             let (queue, state, worker) = start_transcription_worker(
                 TranscriptionSettings {
@@ -338,6 +338,7 @@ fn start_models(
                     threads: config.threads,
                     max_audio_seconds: config.max_transcription_seconds as f64,
                     max_live_sessions: config.max_realtime_sessions,
+                    quantize: config.quantize_of(index),
                 },
                 config.queue_capacity,
             )
@@ -363,6 +364,7 @@ fn start_models(
                     prefill_chunk_tokens: config.prefill_chunk_tokens,
                     max_sessions: config.max_batch_size,
                     kv_cache_bytes: config.kv_cache_budget_mib << 20,
+                    quantize: config.quantize_of(index),
                 },
             },
             config.queue_capacity,

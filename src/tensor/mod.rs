@@ -10,8 +10,10 @@ pub mod cpu_gemv;
 mod cpu_small;
 #[cfg(feature = "mlx")]
 pub mod mlx_backend;
+pub mod quantized;
 pub mod tch_backend;
 
+use quantized::QuantFormat;
 use std::cell::OnceCell;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -289,6 +291,32 @@ pub trait Tensor: Clone + Sized + 'static {
     /// bf16 weight multiplies f32 rows too, into f32: the product of the weight widened to f32.
     fn pack_for_few_rows(_parts: &[&Self], _products: Products) -> Option<Self> {
         None
+    }
+    /// The linear weight `[out, in]` stored in `format` for `linear` and `linear_rows`
+    /// (`quantized`), or `None` where this backend multiplies only its own dtypes (the weight
+    /// then stays as it is).
+    fn quantize_weight(&self, _format: QuantFormat) -> Option<Self> {
+        None
+    }
+    /// The linear weight `[out, in]` that `blocks` (`format`'s layout, as a quantized
+    /// checkpoint stores it) stand for: kept in that form where this backend multiplies it,
+    /// read in place from the memory map; elsewhere dequantized to `dtype`.
+    ///
+    /// # Safety
+    /// As [`Tensor::from_raw`]: `blocks` outlive the tensor and are never written.
+    unsafe fn from_quantized(
+        device: &Self::Device,
+        blocks: &[u8],
+        format: QuantFormat,
+        shape: [usize; 2],
+        dtype: DType,
+    ) -> Self {
+        Self::from_f32(
+            device,
+            &quantized::dequantize(format, blocks),
+            &shape,
+            dtype,
+        )
     }
     /// RMSNorm over the last axis, computed in f32, returned in the input dtype.
     fn rms_norm(&self, weight: &Self, eps: f64) -> Self;

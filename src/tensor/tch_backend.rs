@@ -1,6 +1,7 @@
 //! libtorch backend (`tch`). Conv layouts are PyTorch's own, so NLC sequences are transposed to
 //! NCL around each convolution here, inside the backend.
 
+use super::quantized::QuantFormat;
 use super::{
     pool_attention_by_row, ConvKind, DType, Fused, PadMode, PoolRows, Products, RawTensor, Tensor,
 };
@@ -225,9 +226,57 @@ fn silu_table() -> &'static super::cpu_gemv::packed::SiluTable {
     })
 }
 
-/// `x · wᵀ` on the CPU: a packed weight's kernel, the few-row kernel, widened bf16, or
-/// libtorch's product, the first that takes it.
+/// The format of a weight stored by `quantize_weight` or `from_quantized` (bytes
+/// `[out, in / GROUP, block]`), or `None` for any other weight.
+fn quantized_format(w: &tch::Tensor) -> Option<QuantFormat> {
+    match w.size().as_slice() {
+        &[_, _, block] if w.kind() == Kind::Uint8 => QuantFormat::of_block_bytes(block as usize),
+        _ => None,
+    }
+}
+
+/// `x · wᵀ` for a quantized weight `w` on the CPU: the quantized kernel for a few rows, in f32
+/// and rounded once to `x`'s kind; for more (a prompt), libtorch's product with the weight
+/// dequantized, which is then bound by its multiply-adds rather than by the weight's bytes.
+fn quantized_linear(x: &tch::Tensor, w: &tch::Tensor, format: QuantFormat) -> tch::Tensor {
+    use super::quantized::{self, GROUP};
+    let size = w.size();
+    let (out, k) = (size[0], size[1] * GROUP as i64);
+    let w = w.contiguous();
+    // SAFETY: `w` is a contiguous CPU tensor of bytes, `numel` of them.
+    let blocks = unsafe { std::slice::from_raw_parts(w.data_ptr() as *const u8, w.numel()) };
+    let rows = x.numel() / k as usize;
+    assert_eq!(
+        x.size().last(),
+        Some(&k),
+        "a product's inputs are the weight's columns"
+    );
+    if rows > quantized::MAX_ROWS {
+        let dequantized = tch::Tensor::from_slice(&quantized::dequantize(format, blocks))
+            .reshape([out, k])
+            .to_kind(x.kind());
+        return cpu_linear(x, &dequantized);
+    }
+    let inputs = x.to_kind(Kind::Float).contiguous();
+    let mut shape = x.size();
+    *shape.last_mut().expect("at least one axis") = out;
+    let y = tch::Tensor::empty(&shape, (Kind::Float, Device::Cpu));
+    let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
+    // SAFETY: `inputs` and `y` are contiguous f32 CPU tensors of their `numel`, `y` new.
+    unsafe {
+        let x = std::slice::from_raw_parts(inputs.data_ptr() as *const f32, inputs.numel());
+        let y = std::slice::from_raw_parts_mut(y.data_ptr() as *mut f32, y.numel());
+        quantized::linear(format, x, blocks, k as usize, y, threads);
+    }
+    y.to_kind(x.kind())
+}
+
+/// `x · wᵀ` on the CPU: a quantized or packed weight's kernel, the few-row kernel, widened
+/// bf16, or libtorch's product, the first that takes it.
 fn cpu_linear(x: &tch::Tensor, w: &tch::Tensor) -> tch::Tensor {
+    if let Some(format) = quantized_format(w) {
+        return quantized_linear(x, w, format);
+    }
     let plain = Fused {
         gated: false,
         residual: None,
@@ -238,12 +287,21 @@ fn cpu_linear(x: &tch::Tensor, w: &tch::Tensor) -> tch::Tensor {
         .unwrap_or_else(|| x.linear::<tch::Tensor>(w, None))
 }
 
-/// The multiply-adds of a product of `inputs` values by `weight` (packed or not).
+/// The multiply-adds of a product of `inputs` values by `weight` (packed, quantized or not).
 fn multiply_adds(inputs: usize, weight: &TchTensor) -> u64 {
     let out = packed_outputs(&weight.0)
         .or_else(|| weight.0.size().first().copied())
         .unwrap_or(0);
     inputs as u64 * out.max(0) as u64
+}
+
+/// The inputs of each output of `weight` (packed, quantized or not).
+fn weight_columns(weight: &tch::Tensor) -> i64 {
+    let size = weight.size();
+    match quantized_format(weight) {
+        Some(_) => size[1] * super::quantized::GROUP as i64,
+        None => size.get(1).copied().unwrap_or(1),
+    }
 }
 
 /// `product`, a CPU product of `inputs` values by `weight`, where it is made: its multiply-adds
@@ -257,7 +315,7 @@ fn timed_cpu_product(
     let y = product()?;
     let multiply_adds = multiply_adds(inputs, weight);
     super::count_multiply_adds(multiply_adds);
-    let k = weight.0.size().get(1).copied().unwrap_or(1).max(1);
+    let k = weight_columns(&weight.0).max(1);
     super::count_timed_product(inputs / k as usize, multiply_adds, started.elapsed());
     Some(TchTensor::wrap(y))
 }
@@ -872,6 +930,45 @@ impl Tensor for TchTensor {
             return None;
         }
         packed_panels(parts)
+    }
+
+    /// On the CPU, a 2-D weight whose rows are whole blocks; elsewhere nothing (libtorch has
+    /// no CPU or CUDA product of these layouts).
+    fn quantize_weight(&self, format: QuantFormat) -> Option<Self> {
+        use super::quantized::{self, GROUP};
+        let &[out, k] = self.0.size().as_slice() else {
+            return None;
+        };
+        if self.0.device() != Device::Cpu || !QuantFormat::fits(k as usize) {
+            return None;
+        }
+        let values = Vec::<f32>::try_from(self.0.to_kind(Kind::Float).flatten(0, -1)).ok()?;
+        let blocks = quantized::quantize(format, &values, k as usize);
+        let shape = [out, k / GROUP as i64, format.block_bytes() as i64];
+        Some(Self::wrap(tch::Tensor::from_slice(&blocks).reshape(shape)))
+    }
+
+    unsafe fn from_quantized(
+        device: &Device,
+        blocks: &[u8],
+        format: QuantFormat,
+        shape: [usize; 2],
+        dtype: DType,
+    ) -> Self {
+        if *device != Device::Cpu {
+            let values = super::quantized::dequantize(format, blocks);
+            return Self::from_f32(device, &values, &shape, dtype);
+        }
+        settle_vector_math();
+        let stored = format.stored_shape(shape[0], shape[1]);
+        // Zero-copy: the products read the memory-mapped checkpoint directly.
+        Self::wrap(tch::Tensor::from_blob(
+            blocks.as_ptr(),
+            &dims(&stored),
+            &[],
+            Kind::Uint8,
+            Device::Cpu,
+        ))
     }
 
     fn rms_norm(&self, weight: &Self, eps: f64) -> Self {

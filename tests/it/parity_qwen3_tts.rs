@@ -92,6 +92,7 @@ impl Goldens {
         let options = TalkerOptions {
             max_sessions: sessions,
             max_positions: 128,
+            quantize: None,
         };
         let model =
             Qwen3Tts::<TchTensor>::load(&dir, &tch::Device::Cpu, DType::F32, &options).unwrap();
@@ -581,6 +582,7 @@ fn bf16_teacher_forced_agrees_with_the_official_codes() {
         let options = TalkerOptions {
             max_sessions: 1,
             max_positions: 128,
+            quantize: None,
         };
         let model =
             Qwen3Tts::<TchTensor>::load(&dir, &tch::Device::Cpu, DType::BF16, &options).unwrap();

@@ -108,7 +108,7 @@ fn load_model(dir: &Path) -> Model {
     let (dim, heads) = (config.args.gpt_n_model_channels, config.args.gpt_n_heads);
     Model {
         conditioner: Conditioner::load(&l, dim, heads).unwrap(),
-        gpt: Gpt::load(&l, config).unwrap(),
+        gpt: Gpt::load(&l, config, None).unwrap(),
         _folder: folder,
     }
 }

@@ -10,6 +10,7 @@ use crate::nn::decoder::{Decoder, DecoderStyle};
 use crate::nn::kv_pool::KvPool;
 use crate::nn::layers::{Linear, Loader};
 use crate::nn::LoadError;
+use crate::tensor::quantized::QuantFormat;
 use crate::tensor::{DType, Tensor};
 use std::cell::RefCell;
 
@@ -28,8 +29,11 @@ pub struct CodePredictor<T: Tensor> {
 
 impl<T: Tensor> CodePredictor<T> {
     /// Loads `talker.code_predictor.*` (`l` is scoped there) for a talker `talker_hidden` wide.
+    /// The decoder layers' linear weights are stored in `quantize` where the backend
+    /// multiplies it; embeddings and heads stay as stored.
     pub fn load(
         l: &Loader<T>,
+        quantize: Option<QuantFormat>,
         c: &CodePredictorConfig,
         talker_hidden: usize,
         dtype: DType,
@@ -46,7 +50,12 @@ impl<T: Tensor> CodePredictor<T> {
             c.rope_theta,
             positions,
         );
-        let decoder = Decoder::load_style(l, "model.", &dims, DecoderStyle::Qwen3)?;
+        let decoder = Decoder::load_style(
+            &l.quantizing(quantize),
+            "model.",
+            &dims,
+            DecoderStyle::Qwen3,
+        )?;
         let pool = decoder.new_pool(dtype, 1, positions);
         Ok(CodePredictor {
             codec_embedding: (0..predicted)

@@ -104,6 +104,7 @@ fn talker_options(
     Ok(TalkerOptions {
         max_sessions: slots,
         max_positions: positions,
+        quantize: options.quantize,
     })
 }
 

@@ -18,6 +18,7 @@ use crate::nn::checkpoint::Checkpoint;
 use crate::nn::kv_pool::{KvPool, KvSlot};
 use crate::nn::layers::Loader;
 use crate::nn::LoadError;
+use crate::tensor::quantized::QuantFormat;
 use crate::tensor::{DType, Tensor};
 use std::cell::RefCell;
 use std::path::Path;
@@ -28,6 +29,8 @@ use std::sync::Arc;
 pub struct TalkerOptions {
     pub max_sessions: usize,
     pub max_positions: usize,
+    /// How the talker's and the code predictor's layers store their linear weights.
+    pub quantize: Option<QuantFormat>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -80,9 +83,10 @@ impl<T: Tensor> Qwen3Tts<T> {
         let l = Loader::<T>::new(&ckpt, device, dtype);
         let t = &config.talker_config;
         let positions = options.max_positions.min(t.max_position_embeddings);
-        let talker = Talker::load(&l.scoped("talker."), t, positions)?;
+        let talker = Talker::load(&l.scoped("talker."), t, positions, options.quantize)?;
         let predictor = CodePredictor::load(
             &l.scoped("talker.code_predictor."),
+            options.quantize,
             &t.code_predictor_config,
             t.hidden_size,
             dtype,

@@ -6,6 +6,7 @@ use super::config::TalkerConfig;
 use crate::nn::decoder::{Decoder, DecoderDims, DecoderStyle};
 use crate::nn::layers::{Linear, Loader};
 use crate::nn::LoadError;
+use crate::tensor::quantized::QuantFormat;
 use crate::tensor::{DType, Tensor};
 
 pub struct Talker<T: Tensor> {
@@ -45,7 +46,14 @@ pub fn decoder_dims(
 
 impl<T: Tensor> Talker<T> {
     /// Loads the `talker.` tensors but the code predictor's (`l` is scoped at `talker.`).
-    pub fn load(l: &Loader<T>, c: &TalkerConfig, max_positions: usize) -> Result<Self, LoadError> {
+    /// The decoder layers' linear weights are stored in `quantize` where the backend
+    /// multiplies it; embeddings, projections of the text and the head stay as stored.
+    pub fn load(
+        l: &Loader<T>,
+        c: &TalkerConfig,
+        max_positions: usize,
+        quantize: Option<QuantFormat>,
+    ) -> Result<Self, LoadError> {
         let (h, text) = (c.hidden_size, c.text_hidden_size);
         let dims = decoder_dims(
             h,
@@ -62,7 +70,12 @@ impl<T: Tensor> Talker<T> {
             text_fc1: Linear::load(l, "text_projection.linear_fc1", text, text, true)?,
             text_fc2: Linear::load(l, "text_projection.linear_fc2", h, text, true)?,
             codec_embedding: l.tensor("model.codec_embedding.weight", &[c.vocab_size, h])?,
-            decoder: Decoder::load_style(l, "model.", &dims, DecoderStyle::Qwen3)?,
+            decoder: Decoder::load_style(
+                &l.quantizing(quantize),
+                "model.",
+                &dims,
+                DecoderStyle::Qwen3,
+            )?,
             codec_head: l.tensor("codec_head.weight", &[c.vocab_size, h])?,
             dtype: l.dtype,
             device: l.device.clone(),

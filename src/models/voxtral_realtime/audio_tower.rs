@@ -11,6 +11,7 @@ use super::params::Config;
 use crate::nn::checkpoint::Checkpoint;
 use crate::nn::layers::Loader;
 use crate::nn::LoadError;
+use crate::tensor::quantized::QuantFormat;
 use crate::tensor::{DType, Tensor};
 use memmap2::Mmap;
 use std::path::Path;
@@ -49,18 +50,22 @@ impl<T: Tensor> AudioTower<T> {
         max_frames: usize,
     ) -> Result<Self, LoadError> {
         let ckpt = Checkpoint::open(&dir.join("consolidated.safetensors"))?;
-        Self::from_checkpoint(&ckpt, config, device, dtype, max_frames)
+        Self::from_checkpoint(&ckpt, config, device, dtype, max_frames, None)
     }
 
-    /// The encoder and adapter from an open checkpoint.
+    /// The encoder and adapter from an open checkpoint, their linear weights stored in
+    /// `quantize` where the backend multiplies that format.
     pub fn from_checkpoint(
         ckpt: &Checkpoint,
         config: &Config,
         device: &T::Device,
         dtype: DType,
         max_frames: usize,
+        quantize: Option<QuantFormat>,
     ) -> Result<Self, LoadError> {
-        let l = Loader::<T>::new(ckpt, device, dtype).scoped(EMBEDDING_MODULE);
+        let l = Loader::<T>::new(ckpt, device, dtype)
+            .scoped(EMBEDDING_MODULE)
+            .quantizing(quantize);
         Ok(AudioTower {
             encoder: Encoder::load(&l.scoped("whisper_encoder."), config, max_frames)?,
             adapter: Adapter::load(&l, config)?,

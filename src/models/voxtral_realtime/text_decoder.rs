@@ -9,6 +9,7 @@ use crate::nn::decoder::Decoder;
 use crate::nn::kv_pool::{KvPool, KvSlot};
 use crate::nn::layers::{time_embedding, Loader};
 use crate::nn::LoadError;
+use crate::tensor::quantized::QuantFormat;
 use crate::tensor::{DType, Tensor};
 
 pub struct TextDecoder<T: Tensor> {
@@ -25,10 +26,18 @@ impl<T: Tensor> TextDecoder<T> {
     /// Loads from the checkpoint's root (`layers.*`, `norm.weight`, `mm_streams_embeddings.
     /// embedding_module.tok_embeddings.weight`, `output.weight` if untied), conditioned on
     /// the delay of `config` (tekken.json's); RoPE covers `max_positions`.
-    pub fn load(l: &Loader<T>, config: &Config, max_positions: usize) -> Result<Self, LoadError> {
+    /// The layers' linear weights are stored in `quantize` where the backend multiplies it;
+    /// the embedding (the tied head) and the conditioning stay as stored.
+    pub fn load(
+        l: &Loader<T>,
+        config: &Config,
+        max_positions: usize,
+        quantize: Option<QuantFormat>,
+    ) -> Result<Self, LoadError> {
         let a = &config.args;
         let dims = config.decoder_dims(max_positions);
-        let decoder = Decoder::load(l, "", &dims)?.with_window(a.sliding_window);
+        let decoder =
+            Decoder::load(&l.quantizing(quantize), "", &dims)?.with_window(a.sliding_window);
         let t_cond = l.from_f32(
             &time_embedding(config.streaming.delay_tokens as f32, a.dim),
             &[1, 1, a.dim],

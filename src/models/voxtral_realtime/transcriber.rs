@@ -18,6 +18,7 @@ use crate::nn::checkpoint::Checkpoint;
 use crate::nn::kv_pool::{KvPool, KvSlot};
 use crate::nn::layers::Loader;
 use crate::nn::LoadError;
+use crate::tensor::quantized::QuantFormat;
 use crate::tensor::{DType, Tensor};
 use crate::tokenizers::tekken::Tekken;
 use std::path::Path;
@@ -71,6 +72,18 @@ impl<T: Tensor> Transcriber<T> {
         dtype: DType,
         max_positions: usize,
     ) -> Result<Self, LoadError> {
+        Self::load_quantized(dir, device, dtype, max_positions, None)
+    }
+
+    /// [`Transcriber::load`] with the encoder's, adapter's and decoder's linear weights stored
+    /// in `quantize` where the backend multiplies that format.
+    pub fn load_quantized(
+        dir: &Path,
+        device: &T::Device,
+        dtype: DType,
+        max_positions: usize,
+        quantize: Option<QuantFormat>,
+    ) -> Result<Self, LoadError> {
         let config = Config::load(dir)?;
         let tekken_path = dir.join("tekken.json");
         let tekken_file = tekken_path.display().to_string();
@@ -90,11 +103,12 @@ impl<T: Tensor> Transcriber<T> {
         let special = SpecialIds::resolve(&tokenizer, &tekken_file)?;
         let ckpt = Checkpoint::open(&dir.join("consolidated.safetensors"))?;
         let frames = max_positions * config.encoder.downsample_factor;
-        let tower = AudioTower::from_checkpoint(&ckpt, &config, device, dtype, frames)?;
+        let tower = AudioTower::from_checkpoint(&ckpt, &config, device, dtype, frames, quantize)?;
         let decoder = TextDecoder::load(
             &Loader::<T>::new(&ckpt, device, dtype),
             &config,
             max_positions,
+            quantize,
         )?;
         Ok(Transcriber {
             mel: MelFrontEnd::new(&config.mel),

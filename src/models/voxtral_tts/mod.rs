@@ -175,9 +175,10 @@ impl<T: Tensor> Voxtral<T> {
         };
         // Its steps multiply a row per stream: packed, on CPUs where that costs its prompts
         // nothing, they run faster from one stream on (docs/performance.md).
-        let backbone = Decoder::load(&l.packing(Products::AlsoManyRows), "", &dims)?;
+        let quantized = l.quantizing(options.quantize);
+        let backbone = Decoder::load(&quantized.packing(Products::AlsoManyRows), "", &dims)?;
         let kv = backbone.new_pool(dtype, slots, positions);
-        let flow = FlowHead::load(&l, &config)?;
+        let flow = FlowHead::load(&quantized, &config)?;
         // The codec's weights are small, and bf16 convolutions have no fast path on most CPUs
         // (55x slower than f32 without AVX512-BF16): on a CPU it computes in f32, which also
         // makes streamed and one-shot decoding agree in bf16 mode.

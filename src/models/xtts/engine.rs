@@ -79,7 +79,7 @@ impl<T: Tensor> XttsEngine<T> {
         let rates = DecoderRates::from_config(&folder.config)?;
         let languages = config_languages(&folder.config, &file, &tokenizer)?;
         let loader = Loader::<T>::new(&folder.weights, device, dtype);
-        let gpt = Gpt::load(&loader, config.clone())?;
+        let gpt = Gpt::load(&loader, config.clone(), options.quantize)?;
         let vocoder = VocoderThread::start::<T>(dir.to_path_buf(), device, dtype, rates)?;
         let a = &config.args;
         if vocoder.latent_dim != a.gpt_n_model_channels {

@@ -14,6 +14,7 @@ use super::layers::{gelu_tanh, LayerNorm, Projection};
 use crate::nn::layers::{Linear, Loader};
 use crate::nn::sampling::{penalize, pick, SampleError, Sampling, Uniforms};
 use crate::nn::LoadError;
+use crate::tensor::quantized::QuantFormat;
 use crate::tensor::Tensor;
 
 /// One GPT-2 block: pre-norm attention and MLP (`gelu_new`), both residual.
@@ -202,13 +203,20 @@ pub struct GptCache<T> {
 impl<T: Tensor> Gpt<T> {
     /// `l` at the state dict's root (`gpt.*`). The tensors may point into the checkpoint's
     /// memory maps, which the caller keeps alive as long as the model.
-    pub fn load(l: &Loader<T>, config: GptConfig) -> Result<Self, LoadError> {
+    /// The blocks' linear weights are stored in `quantize` where the backend multiplies it;
+    /// embeddings and the head stay as stored.
+    pub fn load(
+        l: &Loader<T>,
+        config: GptConfig,
+        quantize: Option<QuantFormat>,
+    ) -> Result<Self, LoadError> {
         let a = &config.args;
         let d = a.gpt_n_model_channels;
         let g = l.scoped("gpt.");
+        let blocks = g.quantizing(quantize);
         Ok(Gpt {
             blocks: (0..a.gpt_layers)
-                .map(|i| Block::load(&g, &format!("gpt.h.{i}"), d))
+                .map(|i| Block::load(&blocks, &format!("gpt.h.{i}"), d))
                 .collect::<Result<_, _>>()?,
             ln_f: LayerNorm::load(&g, "gpt.ln_f", d)?,
             text_embedding: g.tensor("text_embedding.weight", &[a.gpt_number_text_tokens, d])?,

@@ -97,15 +97,22 @@ impl<T: Tensor> Projection<T> {
         input: usize,
         out: usize,
     ) -> Result<Self, LoadError> {
-        let stored = l.host_f32(&format!("{prefix}.weight"), &[input, out])?;
-        let mut transposed = vec![0f32; stored.len()];
-        for i in 0..input {
-            for o in 0..out {
-                transposed[o * input + i] = stored[i * out + o];
+        let key = format!("{prefix}.weight");
+        let weight = match l.stored_quantized(&key, [out, input])? {
+            Some(weight) => weight,
+            None => {
+                let stored = l.host_f32(&key, &[input, out])?;
+                let mut transposed = vec![0f32; stored.len()];
+                for i in 0..input {
+                    for o in 0..out {
+                        transposed[o * input + i] = stored[i * out + o];
+                    }
+                }
+                l.transposed_weight(&key, &transposed, [out, input])
             }
-        }
+        };
         Ok(Projection {
-            weight: l.from_f32(&transposed, &[out, input]),
+            weight,
             bias: l.tensor(&format!("{prefix}.bias"), &[out])?,
         })
     }

@@ -15,7 +15,7 @@
 
 #[cfg(target_arch = "x86_64")]
 mod amx;
-mod openmp;
+pub(crate) mod openmp;
 pub mod packed;
 mod peak;
 mod portable;

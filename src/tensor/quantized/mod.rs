@@ -1,0 +1,375 @@
+//! Linear weights stored in 8 or 4 bits, and the CPU's products of a few rows by them.
+//!
+//! A decode step reads every weight once per step, so on a CPU its time is the weights' bytes
+//! over the memory bandwidth: bf16 is 2 bytes per weight, [`QuantFormat::Q8`] 1.06 and
+//! [`QuantFormat::Q4`] 0.56. The layouts are llama.cpp's `Q8_0` and `Q4_0` in spirit (blocks
+//! of 32 weights along the input axis, each with one scale, symmetric), with a bf16 scale
+//! rounded up in magnitude so that no value clips: a bf16 times an 8-bit integer is exact in
+//! f32, so a block's weights widen in registers to exactly the dequantized values, and every
+//! product is an f32 dot product with the dequantized weight, summed in a fixed order whatever
+//! the rows or threads (a request's result does not depend on its batch).
+//!
+//! Layout of a weight `[out, k]` (`k` a multiple of [`GROUP`]): `[out, k / 32, block]` bytes,
+//! each block its scale (bf16, little-endian) then its values:
+//! - `Q8` (34 bytes): 32 signed bytes, weight `i` = scale x `q[i]`.
+//! - `Q4` (18 bytes): 16 bytes; byte `j` holds weight `j` in its low nibble and weight `j + 16`
+//!   in its high one, each `q` in 0..=15, weight = scale x (`q` - 8).
+
+#[cfg(test)]
+mod tests;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use super::cpu_gemv::Variant;
+use std::fmt;
+use std::ops::Range;
+use std::str::FromStr;
+
+/// Weights per block (and per scale).
+pub const GROUP: usize = 32;
+
+/// How a model's large linear weights are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QuantFormat {
+    /// 8-bit integers, one bf16 scale per 32: 8.5 bits per weight.
+    Q8,
+    /// 4-bit integers, one bf16 scale per 32: 4.5 bits per weight.
+    Q4,
+}
+
+impl QuantFormat {
+    pub const ALL: [QuantFormat; 2] = [QuantFormat::Q8, QuantFormat::Q4];
+
+    /// The name the CLI, the config, `/v1/models` and a quantized checkpoint's metadata use.
+    pub fn name(self) -> &'static str {
+        match self {
+            QuantFormat::Q8 => "q8",
+            QuantFormat::Q4 => "q4",
+        }
+    }
+
+    /// Bytes of one block of [`GROUP`] weights.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            QuantFormat::Q8 => 2 + GROUP,
+            QuantFormat::Q4 => 2 + GROUP / 2,
+        }
+    }
+
+    /// The format whose blocks take `bytes`.
+    pub fn of_block_bytes(bytes: usize) -> Option<QuantFormat> {
+        QuantFormat::ALL
+            .into_iter()
+            .find(|f| f.block_bytes() == bytes)
+    }
+
+    /// Bytes of a `[out, k]` weight.
+    pub fn bytes(self, out: usize, k: usize) -> usize {
+        out * k / GROUP * self.block_bytes()
+    }
+
+    /// The stored shape of a `[out, k]` weight.
+    pub fn stored_shape(self, out: usize, k: usize) -> [usize; 3] {
+        [out, k / GROUP, self.block_bytes()]
+    }
+
+    /// Whether a `[out, k]` weight can be stored in this format.
+    pub fn fits(k: usize) -> bool {
+        k > 0 && k.is_multiple_of(GROUP)
+    }
+}
+
+impl fmt::Display for QuantFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for QuantFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        QuantFormat::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| format!("unknown weight format {s:?} (none, q8, q4)"))
+    }
+}
+
+/// `none`, `q8` or `q4`: what `--quantize` and the config's `quantize` take.
+pub fn parse_quantize(s: &str) -> Result<Option<QuantFormat>, String> {
+    match s {
+        "none" => Ok(None),
+        other => other.parse().map(Some),
+    }
+}
+
+/// The bf16 whose magnitude is the nearest at or above `|x|`, with `x`'s sign: a scale that
+/// never makes a block's largest value clip.
+fn bf16_up(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let kept = bits >> 16;
+    // Any dropped bit rounds the magnitude up (the sign is in the kept half).
+    let rounded = if bits & 0xFFFF != 0 { kept + 1 } else { kept };
+    rounded as u16
+}
+
+fn bf16_to_f32(bits: u16) -> f32 {
+    f32::from_bits(u32::from(bits) << 16)
+}
+
+/// One block of [`GROUP`] weights in `format`, written to `block`.
+fn quantize_block(format: QuantFormat, w: &[f32], block: &mut [u8]) {
+    let (scale_bytes, values) = block.split_at_mut(2);
+    match format {
+        QuantFormat::Q8 => {
+            let max = w.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let scale = bf16_up(max / 127.0);
+            let d = bf16_to_f32(scale);
+            let inverse = if d == 0.0 { 0.0 } else { 1.0 / d };
+            scale_bytes.copy_from_slice(&scale.to_le_bytes());
+            for (q, v) in values.iter_mut().zip(w) {
+                *q = (v * inverse).round().clamp(-127.0, 127.0) as i8 as u8;
+            }
+        }
+        QuantFormat::Q4 => {
+            // The value of largest magnitude maps to -8, so the others fall in -8..=8 (8 only
+            // for its opposite, clipped to 7).
+            let extreme = w
+                .iter()
+                .fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+            let scale = bf16_up(extreme / -8.0);
+            let d = bf16_to_f32(scale);
+            let inverse = if d == 0.0 { 0.0 } else { 1.0 / d };
+            scale_bytes.copy_from_slice(&scale.to_le_bytes());
+            let q = |v: f32| ((v * inverse).round() + 8.0).clamp(0.0, 15.0) as u8;
+            let half = GROUP / 2;
+            for (j, byte) in values.iter_mut().enumerate() {
+                *byte = q(w[j]) | (q(w[j + half]) << 4);
+            }
+        }
+    }
+}
+
+/// A `[out, k]` weight (row-major) in `format`'s layout.
+///
+/// # Panics
+/// When `k` is not a multiple of [`GROUP`] or the length is not `out * k`.
+pub fn quantize(format: QuantFormat, w: &[f32], k: usize) -> Vec<u8> {
+    assert!(
+        QuantFormat::fits(k) && w.len().is_multiple_of(k),
+        "a quantized weight's rows are whole blocks of {GROUP}"
+    );
+    let blocks = w.len() / GROUP;
+    let mut out = vec![0u8; blocks * format.block_bytes()];
+    for (values, block) in w
+        .chunks_exact(GROUP)
+        .zip(out.chunks_exact_mut(format.block_bytes()))
+    {
+        quantize_block(format, values, block);
+    }
+    out
+}
+
+/// The weights `blocks` (whole blocks of `format`) stand for, in order.
+pub fn dequantize(format: QuantFormat, blocks: &[u8]) -> Vec<f32> {
+    let mut out = Vec::with_capacity(blocks.len() / format.block_bytes() * GROUP);
+    for block in blocks.chunks_exact(format.block_bytes()) {
+        let d = bf16_to_f32(u16::from_le_bytes([block[0], block[1]]));
+        let values = &block[2..];
+        match format {
+            QuantFormat::Q8 => out.extend(values.iter().map(|&q| d * f32::from(q as i8))),
+            QuantFormat::Q4 => {
+                let nibble = |q: u8| d * (f32::from(q) - 8.0);
+                out.extend(values.iter().map(|&b| nibble(b & 0x0F)));
+                out.extend(values.iter().map(|&b| nibble(b >> 4)));
+            }
+        }
+    }
+    out
+}
+
+/// Input rows one call of a variant's kernel takes at most.
+pub const MAX_ROWS: usize = 64;
+
+/// Weights smaller than this run on the calling thread.
+const PARALLEL_MIN_BYTES: usize = 256 << 10;
+
+/// Output rows per thread's share step: four outputs' blocks stay in one set of cache lines.
+const OUTPUT_BLOCK: usize = 4;
+
+/// One variant's kernel: the outputs `outputs` of every input row.
+type Kernel = unsafe fn(&Job, Range<usize>);
+
+fn kernel(variant: Variant, format: QuantFormat) -> Kernel {
+    match variant {
+        Variant::Portable => portable_run,
+        #[cfg(target_arch = "x86_64")]
+        Variant::Avx2Fma => match format {
+            QuantFormat::Q8 => x86::avx2_q8,
+            QuantFormat::Q4 => x86::avx2_q4,
+        },
+        #[cfg(target_arch = "x86_64")]
+        Variant::Avx512F | Variant::Avx512Bf16 | Variant::Amx => match format {
+            QuantFormat::Q8 => x86::avx512_q8,
+            QuantFormat::Q4 => x86::avx512_q4,
+        },
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => unreachable!("only the portable variant is supported here"),
+    }
+}
+
+/// One product, shared by the threads that compute it.
+pub struct Job {
+    format: QuantFormat,
+    x: *const f32,
+    w: *const u8,
+    y: *mut f32,
+    k: usize,
+    rows: usize,
+    out: usize,
+    run: Kernel,
+}
+
+impl Job {
+    fn blocks(&self) -> usize {
+        self.k / GROUP
+    }
+
+    /// The first byte of output `o`'s blocks.
+    ///
+    /// # Safety
+    /// `o < out`.
+    unsafe fn weight_row(&self, o: usize) -> *const u8 {
+        self.w.add(o * self.blocks() * self.format.block_bytes())
+    }
+}
+
+/// `y[m][o] = sum_k x[m][k] * w[o][k]` with `w` in `format`'s layout (`out * k / 32` blocks),
+/// `x` f32 (`rows * k`), `y` f32 (`rows * out`), with the active variant on `threads` OpenMP
+/// threads.
+///
+/// # Panics
+/// When the lengths disagree or `rows` exceeds [`MAX_ROWS`].
+pub fn linear(format: QuantFormat, x: &[f32], w: &[u8], k: usize, y: &mut [f32], threads: usize) {
+    linear_with(Variant::active(), format, x, w, k, y, threads)
+}
+
+/// [`linear`] with a given variant.
+///
+/// # Panics
+/// As [`linear`], and when the CPU lacks the variant's instructions.
+pub fn linear_with(
+    variant: Variant,
+    format: QuantFormat,
+    x: &[f32],
+    w: &[u8],
+    k: usize,
+    y: &mut [f32],
+    threads: usize,
+) {
+    variant.assert_supported();
+    let row_bytes = format.bytes(1, k);
+    assert!(
+        QuantFormat::fits(k) && x.len().is_multiple_of(k) && w.len().is_multiple_of(row_bytes),
+        "shapes disagree"
+    );
+    let (rows, out) = (x.len() / k, w.len() / row_bytes);
+    assert!(rows <= MAX_ROWS, "{rows} rows: more than {MAX_ROWS}");
+    assert_eq!(y.len(), rows * out, "output length");
+    let job = Job {
+        format,
+        x: x.as_ptr(),
+        w: w.as_ptr(),
+        y: y.as_mut_ptr(),
+        k,
+        rows,
+        out,
+        run: kernel(variant, format),
+    };
+    let parallel = threads > 1 && w.len() >= PARALLEL_MIN_BYTES;
+    match super::cpu_gemv::openmp::runtime() {
+        Some(omp) if parallel => {
+            // SAFETY: `job` lives until `parallel` returns, and each thread computes a
+            // different range of outputs (`run_share`), so no output is written twice.
+            unsafe { omp.parallel(run_share, &job as *const Job as *mut libc::c_void, threads) }
+        }
+        // SAFETY: the lengths were checked above; `y` is borrowed mutably for the call, and
+        // the variant is supported.
+        _ => unsafe { (job.run)(&job, 0..out) },
+    }
+}
+
+extern "C" fn run_share(job: *mut libc::c_void) {
+    let omp = super::cpu_gemv::openmp::runtime().expect("called from an OpenMP parallel region");
+    // SAFETY: `linear_with` passes a `Job` that outlives the parallel region.
+    let job = unsafe { &*(job as *const Job) };
+    // SAFETY: the ranges of different threads are disjoint and within `0..out`.
+    unsafe { (job.run)(job, omp.share(job.out, OUTPUT_BLOCK)) };
+}
+
+/// Partial sums per output and input row: a block's 32 products go to four independent
+/// accumulators of eight lanes (as the AVX2 variant's registers), added up at the end.
+const PORTABLE_LANES: usize = 8;
+
+/// The portable kernel: plain Rust in the AVX2 variant's order.
+///
+/// # Safety
+/// As [`Kernel`]: the job's pointers cover its lengths and `outputs` is within `0..out`.
+unsafe fn portable_run(job: &Job, outputs: Range<usize>) {
+    const PARTS: usize = GROUP / PORTABLE_LANES;
+    let bytes = job.format.block_bytes();
+    let mut weights = [0f32; GROUP];
+    for o in outputs {
+        let row = std::slice::from_raw_parts(job.weight_row(o), job.blocks() * bytes);
+        for m in 0..job.rows {
+            let x = std::slice::from_raw_parts(job.x.add(m * job.k), job.k);
+            let mut acc = [[0f32; PORTABLE_LANES]; PARTS];
+            for (b, block) in row.chunks_exact(bytes).enumerate() {
+                dequantize_into(job.format, block, &mut weights);
+                let inputs = &x[b * GROUP..][..GROUP];
+                for (p, lanes) in acc.iter_mut().enumerate() {
+                    for (l, sum) in lanes.iter_mut().enumerate() {
+                        let i = p * PORTABLE_LANES + l;
+                        *sum = weights[i].mul_add(inputs[i], *sum);
+                    }
+                }
+            }
+            *job.y.add(m * job.out + o) = sum_parts(&acc);
+        }
+    }
+}
+
+/// One block's weights, as [`dequantize`] gives them.
+fn dequantize_into(format: QuantFormat, block: &[u8], weights: &mut [f32; GROUP]) {
+    let d = bf16_to_f32(u16::from_le_bytes([block[0], block[1]]));
+    let values = &block[2..];
+    match format {
+        QuantFormat::Q8 => {
+            for (w, &q) in weights.iter_mut().zip(values) {
+                *w = f32::from(q as i8) * d;
+            }
+        }
+        QuantFormat::Q4 => {
+            let (low, high) = weights.split_at_mut(GROUP / 2);
+            for ((lo, hi), &b) in low.iter_mut().zip(high).zip(values) {
+                *lo = (f32::from(b & 0x0F) - 8.0) * d;
+                *hi = (f32::from(b >> 4) - 8.0) * d;
+            }
+        }
+    }
+}
+
+/// The four accumulators added lane by lane (first + second, + third, + fourth), then the
+/// eight lanes as the AVX2 variant adds them: halves, quarters, the last pair.
+fn sum_parts(acc: &[[f32; PORTABLE_LANES]; GROUP / PORTABLE_LANES]) -> f32 {
+    let mut v = acc[0];
+    for part in &acc[1..] {
+        for (s, p) in v.iter_mut().zip(part) {
+            *s += p;
+        }
+    }
+    let half: [f32; 4] = std::array::from_fn(|i| v[i] + v[i + 4]);
+    let quarter = [half[0] + half[2], half[1] + half[3]];
+    quarter[0] + quarter[1]
+}
