@@ -8,7 +8,7 @@ use crate::models::voxtral_tts::params::Config;
 use crate::models::voxtral_tts::{Generation, Noise, StageTimes, SynthesisRequest, Voxtral};
 use crate::models::{detect_family, Family};
 use crate::tensor::cpu_gemv::{peak_f32_flops, sampled_f32_flops, Variant};
-use crate::tensor::quantized::{parse_quantize, QuantFormat};
+use crate::tensor::quantized::{parse_quantize, QuantFormat, GROUP};
 use crate::tensor::tch_backend::TchTensor;
 use crate::tensor::{linear_multiply_adds, timed_products, ROW_CLASSES};
 use crate::tensor::{DType, Tensor};
@@ -153,9 +153,11 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
     }
     let per = |d: Duration| ms(d) / frames as f64;
     println!(
-        "model      {} ({}, {} {:?}{})",
+        "model      {} ({}{}, {} {:?}{})",
         dir.display(),
         args.dtype,
+        args.quantize
+            .map_or(String::new(), |f| format!(", {f} weights")),
         T::BACKEND,
         device,
         if T::BACKEND == TchTensor::BACKEND {
@@ -193,7 +195,8 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
         "total      {step:.2} ms/frame over {frames} frames (real-time factor {:.3})",
         step / frame_ms
     );
-    let (backbone_bytes, flow_bytes) = weight_bytes_per_frame(&model.config, args.dtype);
+    let (backbone_bytes, flow_bytes) =
+        weight_bytes_per_frame(&model.config, args.dtype, args.quantize);
     // The weights live where the model runs: an accelerator's own memory, or the host's.
     let floors = match T::device_copy_bandwidth(device) {
         Some(copy) => {
@@ -465,11 +468,13 @@ fn leading_equal(a: &[Vec<u32>], b: &[Vec<u32>]) -> usize {
 /// Euler step (the two guidance rows share the read), its output projection per step, and the
 /// semantic head once (as stored: its products are in f32, but a CPU kernel widens bf16
 /// weights as it reads them).
-fn weight_bytes_per_frame(cfg: &Config, dtype: DType) -> (f64, f64) {
-    let size = match dtype {
+fn weight_bytes_per_frame(cfg: &Config, dtype: DType, quantize: Option<QuantFormat>) -> (f64, f64) {
+    let dense = match dtype {
         DType::BF16 => 2.0,
         DType::F32 => 4.0,
     };
+    // The layers' linear weights are what `--quantize` stores in blocks.
+    let size = quantize.map_or(dense, |f| f.block_bytes() as f64 / GROUP as f64);
     let layer = |dim: usize, heads: usize, kv: usize, hd: usize, hidden: usize| {
         (2 * dim * heads * hd + 2 * dim * kv * hd + 3 * dim * hidden + 2 * dim) as f64
     };
@@ -482,7 +487,7 @@ fn weight_bytes_per_frame(cfg: &Config, dtype: DType) -> (f64, f64) {
         + (2 * f.dim * cfg.audio_model().n_acoustic_codebook) as f64;
     let flow = cfg.euler_steps as f64 * per_step * size
         + (f.dim * f.input_dim) as f64 * size
-        + (cfg.semantic_head_rows * f.dim) as f64 * size;
+        + (cfg.semantic_head_rows * f.dim) as f64 * dense;
     (backbone, flow)
 }
 

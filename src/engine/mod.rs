@@ -64,6 +64,9 @@ pub struct ModelCard {
     pub max_frames: usize,
     /// The backend and device it runs on (filled in by the worker).
     pub device: String,
+    /// How its large linear weights are multiplied: `q8`, `q4`, or the compute dtype (filled
+    /// in by the worker).
+    pub weights: String,
 }
 
 /// The language of a BCP 47 code without its region: `fr` of `fr-CA` (or `fr_CA`).

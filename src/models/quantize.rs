@@ -12,7 +12,7 @@ use crate::nn::quantized_keys::{self, Quantized};
 use crate::nn::safetensors_writer::{write_safetensors, TensorSpec};
 use crate::tensor::quantized::{quantize, QuantFormat, GROUP};
 use crate::tensor::tch_backend::TchTensor;
-use crate::tensor::DType;
+use crate::tensor::{DType, Tensor};
 use anyhow::{bail, ensure, Context, Result};
 use safetensors::{Dtype, SafeTensors};
 use std::collections::{HashMap, HashSet};
@@ -98,6 +98,38 @@ fn holds_any(path: &Path, keys: &HashMap<&str, &Quantized>) -> Result<bool> {
         .tensors()
         .keys()
         .any(|k| keys.contains_key(k.as_str())))
+}
+
+/// The format a folder written by [`quantize_folder`] stores its weights in (from its
+/// safetensors headers), `None` for any other folder.
+pub fn stored_format(dir: &Path) -> Option<QuantFormat> {
+    walk(dir)
+        .ok()?
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .find_map(|path| {
+            let file = std::fs::File::open(path).ok()?;
+            // SAFETY: mapped read-only for the header's length of time.
+            let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+            let (_, header) = SafeTensors::read_metadata(&map).ok()?;
+            header.metadata().as_ref()?.get(FORMAT_KEY)?.parse().ok()
+        })
+}
+
+/// How a model's large linear weights are multiplied on `T`'s `device`: `q8` or `q4` where
+/// this backend multiplies them quantized (a stored folder's format first, else `quantize`),
+/// the compute dtype elsewhere.
+pub fn weight_format<T: Tensor>(
+    dir: &Path,
+    device: &T::Device,
+    dtype: DType,
+    quantize: Option<QuantFormat>,
+) -> String {
+    let quantized = T::BACKEND == TchTensor::BACKEND && T::is_cpu(device);
+    match stored_format(dir).or(quantize) {
+        Some(format) if quantized => format.name().to_string(),
+        _ => dtype.to_string(),
+    }
 }
 
 /// Every file under `dir` (folders walked), in a stable order.

@@ -152,17 +152,15 @@ impl<'a, T: Tensor> Loader<'a, T> {
     /// The linear weight `[out, k]` of `values`, the one stored at `key` transposed (`[k, out]`,
     /// as GPT-2's `Conv1D` stores it), quantized as this loader says.
     pub fn transposed_weight(&self, key: &str, values: &[f32], shape: [usize; 2]) -> T {
-        let t = self.from_f32(values, &shape);
-        match self
-            .quantize
-            .and_then(|format| Some((format, t.quantize_weight(format)?)))
-        {
-            Some((format, quantized)) => {
+        if let Some(format) = self.quantize {
+            // From the f32 values, as `voxtral-tts quantize` does: the same blocks.
+            let exact = T::from_f32(self.device, values, &shape, DType::F32);
+            if let Some(quantized) = exact.quantize_weight(format) {
                 quantized_keys::record(&self.key(key), format, true);
-                quantized
+                return quantized;
             }
-            None => t,
         }
+        self.from_f32(values, &shape)
     }
 
     pub fn tensor_as(&self, key: &str, shape: &[usize], dtype: DType) -> Result<T, LoadError> {

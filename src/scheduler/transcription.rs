@@ -8,6 +8,7 @@
 pub mod live;
 
 use crate::device::{DeviceChoice, OnBackend};
+use crate::models::quantize::weight_format;
 use crate::models::voxtral_realtime::batch::{BatchDecoder, Utterance};
 use crate::models::voxtral_realtime::params::Config;
 use crate::models::voxtral_realtime::timing::{token_seconds, words, TimedText};
@@ -49,6 +50,8 @@ pub struct TranscriberCard {
     /// Audio per decoded token (1280: 80 ms).
     pub samples_per_token: usize,
     pub max_audio_seconds: f64,
+    /// How its large linear weights are multiplied: `q8`, `q4`, or the compute dtype.
+    pub weights: String,
 }
 
 pub enum TranscriberState {
@@ -244,6 +247,7 @@ impl OnBackend for Worker<'_> {
                 sample_rate,
                 samples_per_token: model.config.streaming.samples_per_token,
                 max_audio_seconds: s.max_audio_seconds,
+                weights: weight_format::<T>(&s.model_dir, device, s.dtype, s.quantize),
             })));
         tracing::info!(model = %s.model_id, "speech-to-text model loaded");
         serve(&model, &self);

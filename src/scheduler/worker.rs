@@ -11,6 +11,7 @@ use crate::engine::{
     EngineError, EngineOptions, ModelCard, PcmSink, SpeechPreparer, TextToSpeech, WithEngine,
 };
 use crate::models;
+use crate::models::quantize::weight_format;
 use crate::tensor::cpu_gemv::Variant;
 use crate::tensor::tch_backend::TchTensor;
 use crate::tensor::{DType, Tensor};
@@ -123,6 +124,7 @@ impl OnBackend for Serve<'_> {
         let serving = Serving {
             settings,
             device: describe_device::<T>(device),
+            weights: weight_format::<T>(dir, device, settings.dtype, settings.engine.quantize),
             jobs,
             state,
         };
@@ -150,6 +152,7 @@ impl OnBackend for Serve<'_> {
 struct Serving<'a> {
     settings: &'a WorkerSettings,
     device: String,
+    weights: String,
     jobs: mpsc::Receiver<SpeechJob>,
     state: &'a watch::Sender<EngineState>,
 }
@@ -161,12 +164,13 @@ impl WithEngine for Serving<'_> {
     fn run<E: TextToSpeech>(mut self, engine: E) -> Result<(), String> {
         let card = ModelCard {
             device: self.device,
+            weights: self.weights,
             ..engine.card()
         };
         audio::check_sample_rate(card.sample_rate)
             .map_err(|e| format!("the model's output cannot be encoded: {e}"))?;
         let sample_rate = card.sample_rate;
-        tracing::info!(family = card.family, voices = card.voices.len(), device = %card.device, "model loaded");
+        tracing::info!(family = card.family, voices = card.voices.len(), device = %card.device, weights = %card.weights, "model loaded");
         self.state
             .send_replace(EngineState::Ready(Arc::new(LoadedModel {
                 card,

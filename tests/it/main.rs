@@ -21,6 +21,7 @@ mod parity_realtime;
 mod parity_xtts;
 mod parity_xtts_vocoder;
 mod playground;
+mod quantization;
 mod qwen3_serving;
 mod qwen3_tts_goldens;
 mod realtime;

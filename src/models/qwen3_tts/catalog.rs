@@ -112,6 +112,7 @@ pub fn card(
         samples_per_frame,
         max_frames,
         device: String::new(),
+        weights: String::new(),
     }
 }
 

@@ -86,6 +86,7 @@ pub fn card<'a>(
         samples_per_frame,
         max_frames: DEFAULT_MAX_FRAMES,
         device: String::new(),
+        weights: String::new(),
     }
 }
 

@@ -55,5 +55,6 @@ pub fn card(inputs: CardInputs<'_>) -> ModelCard {
         samples_per_frame: inputs.samples_per_frame,
         max_frames: inputs.max_frames,
         device: String::new(),
+        weights: String::new(),
     }
 }

@@ -25,6 +25,10 @@ pub struct Model {
     /// Extension: the model family, e.g. `voxtral-tts` (absent while loading).
     #[serde(skip_serializing_if = "Option::is_none")]
     family: Option<&'static str>,
+    /// Extension: how its large linear weights are multiplied: `q8`, `q4` (quantized),
+    /// `bf16` or `f32` (absent while loading).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    weights: Option<String>,
     /// Extension: what the model can do (absent while loading).
     #[serde(skip_serializing_if = "Option::is_none")]
     capabilities: Option<Capabilities>,
@@ -70,6 +74,7 @@ fn models(app: &AppState) -> Vec<Model> {
                 created: app.started_at,
                 owned_by: loaded.as_ref().map_or("unknown", |m| m.card.owned_by),
                 family: loaded.as_ref().map(|m| m.card.family),
+                weights: loaded.as_ref().map(|m| m.card.weights.clone()),
                 capabilities: loaded.map(|m| Capabilities {
                     endpoints: vec!["/v1/audio/speech"],
                     voices: m.card.voices.iter().map(|v| v.name.clone()).collect(),
@@ -101,6 +106,7 @@ fn models(app: &AppState) -> Vec<Model> {
                 "unknown"
             },
             family: card.as_ref().map(|c| c.family),
+            weights: card.as_ref().map(|c| c.weights.clone()),
             capabilities: card.map(|c| Capabilities {
                 endpoints: vec!["/v1/audio/transcriptions", "/v1/realtime"],
                 voices: Vec::new(),
@@ -139,6 +145,7 @@ fn models(app: &AppState) -> Vec<Model> {
             created: app.started_at,
             owned_by,
             family: None,
+            weights: None,
             capabilities: None,
             aliases: Vec::new(),
             parent: Some(first.clone()),
