@@ -173,12 +173,15 @@ fn bursts() -> Vec<u8> {
                 let phase = std::f64::consts::TAU * (180.0 * t + 200.0 * t * t);
                 (0.3 * phase.sin() * 32767.0) as i16
             });
-            tone.chain(std::iter::repeat(0).take(rate as usize * 7 / 10))
+            tone.chain(std::iter::repeat_n(0, rate as usize * 7 / 10))
         })
         .collect();
     common::pcm16_wav(rate, &samples)
 }
 
+/// Voxtral TTS, Qwen3-TTS Base, XTTS-v2 and Voxtral Realtime served behind a key: each tab
+/// driven through the page (tour.mjs), then checked in the page's state, the requests it sent
+/// and the server's voice lists.
 #[test]
 fn every_tab_with_four_models() {
     let tmp = tempfile::tempdir().unwrap();
@@ -199,6 +202,9 @@ fn every_tab_with_four_models() {
         &[
             ("VOXTRAL_MODEL_ID", "voxtral,qwen3-base,xtts,stt"),
             ("VOXTRAL_VOICES_DIR", voices.to_str().unwrap()),
+            // Every request of the page carries the key, the realtime WebSocket's as a
+            // subprotocol.
+            ("VOXTRAL_API_KEYS", "tour-key"),
         ],
     );
     server.wait_ready();
@@ -210,6 +216,7 @@ fn every_tab_with_four_models() {
         "tour.mjs",
         json!({
             "url": server.url("/playground?max_frames=24&seed=7"),
+            "key": "tour-key",
             "wav": wav,
             "shots": SCREENSHOTS,
             "speak": ["voxtral", "xtts"],
@@ -233,6 +240,7 @@ fn every_tab_with_four_models() {
     assert_eq!(result["cloneModels"], json!(["qwen3-base", "xtts"]));
     assert_eq!(result["sttModels"], json!(["stt"]));
     assert_eq!(result["keyboard"], json!(["tab-clone", "shown"]));
+    assert_eq!(result["keyField"], false, "shown once the key works");
 
     // Speak: each model with its default voice, streamed, played, drawn and downloaded.
     let speak = result["speak"].as_array().unwrap();

@@ -1,5 +1,5 @@
 // Drives every tab of /playground in headless Chromium (tests/it/playground.rs runs it), with
-// Chromium's fake microphone playing `wav`:
+// Chromium's fake microphone playing `wav`; first enters `key` when the server asks for one:
 //   Speak: each model of `speak` in turn, with its default voice; waits until the audio plays
 //     and the whole response is in, then downloads it;
 //   Clone: records from the microphone for `clone.model`, drops `wav` as a file for
@@ -7,7 +7,7 @@
 //   Transcribe: uploads `wav` as text, srt and vtt, then transcribes the microphone live with
 //     server VAD until a turn is completed;
 // and saves a screenshot of each tab (and of the Speak tab at phone width) under `shots`.
-//   node tour.mjs '{"url": ".../playground?max_frames=8", "wav": "clip.wav", "shots": "dir",
+//   node tour.mjs '{"url": ".../playground?max_frames=8", "key": "k", "wav": "clip.wav", "shots": "dir",
 //                   "speak": ["voxtral", "xtts"], "clone": {"model": "base"},
 //                   "drop": {"model": "xtts"}}'
 // Prints one JSON line, what the page did; exits non-zero when it did not get there.
@@ -113,7 +113,13 @@ try {
   });
   step("load");
   await page.goto(options.url);
+  if (options.key) {
+    await page.locator("#key").waitFor({ state: "visible" });
+    await page.fill("#key", options.key);
+    await page.press("#key", "Enter");
+  }
   await page.waitForFunction(() => document.querySelector("#voice").dataset.model);
+  result.keyField = await page.isVisible("#key-field");
   result.tabs = await page.evaluate(() => Object.fromEntries(["speak", "clone", "transcribe"]
     .map((t) => [t, !document.getElementById(`tab-${t}`).hidden])));
   result.models = await page.$$eval("#model option", (o) => o.map((x) => x.value));
