@@ -49,6 +49,8 @@ pub struct ModelCard {
     pub voice_aliases: &'static [(&'static str, &'static str)],
     /// Languages the model speaks (BCP 47).
     pub languages: Vec<String>,
+    /// Whether a request's `language` steers the speech (otherwise it is accepted and ignored).
+    pub language_input: bool,
     /// Whether a voice can be cloned from a reference clip.
     pub cloning: bool,
     /// Whether free-text style instructions steer the voice.

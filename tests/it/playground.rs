@@ -1,7 +1,9 @@
 //! The browser playground (`GET /playground`): headless Chromium (Debian's `chromium`, driven
-//! by playwright-core from tests/playground/play.mjs) types text, picks the format, clicks
-//! Speak and checks that the streamed audio starts playing. scripts/setup.sh installs both
-//! and exports VOXTRAL_NODE_MODULES; without them these tests fail, they do not skip.
+//! by playwright-core from tests/playground/) types text, picks the format, clicks Speak and
+//! checks that the streamed audio starts playing (play.mjs); with four tiny models served, it
+//! goes through every tab with Chromium's fake microphone (tour.mjs). scripts/setup.sh
+//! installs both and exports VOXTRAL_NODE_MODULES; without them these tests fail, they do not
+//! skip.
 
 use crate::common;
 
@@ -9,11 +11,20 @@ use common::Server;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Command;
+use voxtral_tts::testmodel::{
+    cached_endless_qwen3_test_model, cached_endless_test_model, cached_endless_xtts_test_model,
+    Preset, Qwen3Preset,
+};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 
 /// Runs play.mjs with these options; returns what the page did.
 fn drive(options: Value) -> Value {
+    run_script("play.mjs", options)
+}
+
+/// Runs a script of tests/playground with these options; returns what the page did.
+fn run_script(name: &str, options: Value) -> Value {
     let chromium = std::env::var("VOXTRAL_CHROMIUM").unwrap_or_else(|_| CHROMIUM.into());
     assert!(
         Path::new(&chromium).exists(),
@@ -27,7 +38,9 @@ fn drive(options: Value) -> Value {
         "playwright-core is missing from {modules}: run scripts/setup.sh and \
          eval \"$(scripts/setup.sh --env)\" (it sets VOXTRAL_NODE_MODULES)"
     );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/playground/play.mjs");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/playground")
+        .join(name);
     let out = Command::new("node")
         .arg(script)
         .arg(options.to_string())
@@ -42,7 +55,7 @@ fn drive(options: Value) -> Value {
         .unwrap_or_else(|e| panic!("{e}: no result from play.mjs\n{stdout}\n{stderr}"));
     assert!(
         out.status.success(),
-        "play.mjs {options}: {result:#}\n{stderr}"
+        "{name} {options}: {result:#}\n{stderr}"
     );
     assert!(
         result.get("external").is_none(),
@@ -145,4 +158,216 @@ fn with_api_keys_the_page_asks_for_one() {
     assert_eq!(server.get("/v1/audio/voices").status, 200);
     assert_eq!(server.get("/v1/models").status, 401);
     plays(&server, &["mp3"], 40, Some("playground-key"));
+}
+
+/// Where the tour's screenshots go (scripts/playground-screenshots.sh copies them to docs/).
+const SCREENSHOTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/target/playground");
+
+/// The fake microphone: four bursts of a rising tone between silences, 48 kHz.
+fn bursts() -> Vec<u8> {
+    let rate = 48_000u32;
+    let samples: Vec<i16> = (0..4)
+        .flat_map(|_| {
+            let tone = (0..rate * 8 / 10).map(move |i| {
+                let t = f64::from(i) / f64::from(rate);
+                let phase = std::f64::consts::TAU * (180.0 * t + 200.0 * t * t);
+                (0.3 * phase.sin() * 32767.0) as i16
+            });
+            tone.chain(std::iter::repeat_n(0, rate as usize * 7 / 10))
+        })
+        .collect();
+    common::pcm16_wav(rate, &samples)
+}
+
+/// Voxtral TTS, Qwen3-TTS Base, XTTS-v2 and Voxtral Realtime served behind a key: each tab
+/// driven through the page (tour.mjs), then checked in the page's state, the requests it sent
+/// and the server's voice lists.
+#[test]
+fn every_tab_with_four_models() {
+    let tmp = tempfile::tempdir().unwrap();
+    let voices = tmp.path().join("voices");
+    let base = cached_endless_qwen3_test_model(Qwen3Preset::TinyBase, 0).unwrap();
+    let xtts = cached_endless_xtts_test_model(0).unwrap();
+    let stt = cached_endless_test_model(Preset::SttTiny, 0).unwrap();
+    let server = Server::spawn(
+        &common::model(),
+        &[
+            "--model",
+            base.to_str().unwrap(),
+            "--model",
+            xtts.to_str().unwrap(),
+            "--model",
+            stt.to_str().unwrap(),
+        ],
+        &[
+            ("VOXTRAL_MODEL_ID", "voxtral,qwen3-base,xtts,stt"),
+            ("VOXTRAL_VOICES_DIR", voices.to_str().unwrap()),
+            // Every request of the page carries the key, the realtime WebSocket's as a
+            // subprotocol.
+            ("VOXTRAL_API_KEYS", "tour-key"),
+        ],
+    );
+    server.wait_ready();
+    let wav = tmp.path().join("microphone.wav");
+    std::fs::write(&wav, bursts()).unwrap();
+    std::fs::create_dir_all(SCREENSHOTS).unwrap();
+    let started = std::time::Instant::now();
+    let result = run_script(
+        "tour.mjs",
+        json!({
+            "url": server.url("/playground?max_frames=24&seed=7"),
+            "key": "tour-key",
+            "wav": wav,
+            "shots": SCREENSHOTS,
+            "speak": ["voxtral", "xtts"],
+            "clone": {"model": "qwen3-base"},
+            "drop": {"model": "xtts"},
+        }),
+    );
+    eprintln!(
+        "tour in {:.1} s: {result:#}",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        result["tabs"],
+        json!({"speak": true, "clone": true, "transcribe": true})
+    );
+    assert_eq!(
+        result["models"],
+        json!(["voxtral", "qwen3-base", "xtts"]),
+        "speech models only"
+    );
+    assert_eq!(result["cloneModels"], json!(["qwen3-base", "xtts"]));
+    assert_eq!(result["sttModels"], json!(["stt"]));
+    assert_eq!(result["keyboard"], json!(["tab-clone", "shown"]));
+    assert_eq!(result["keyField"], false, "shown once the key works");
+
+    // Speak: each model with its default voice, streamed, played, drawn and downloaded.
+    let speak = result["speak"].as_array().unwrap();
+    for run in speak.iter().chain([&result["clonedSpeak"]]) {
+        let request = &run["request"];
+        assert_eq!(request["stream_format"], "audio", "{run}");
+        assert_eq!(request["max_frames"], 24, "{run}");
+        assert_eq!(run["stream"], true, "streaming is the default: {run}");
+        assert!(run["currentTime"].as_f64().unwrap() > 0.0, "{run}");
+        assert!(run["columns"].as_u64().unwrap() > 0, "no waveform: {run}");
+        assert!(
+            run["status"]
+                .as_str()
+                .unwrap()
+                .contains("First audio after"),
+            "{run}"
+        );
+        assert_eq!(run["download"]["name"], "speech.mp3", "{run}");
+        assert!(run["download"]["bytes"].as_u64().unwrap() > 0, "{run}");
+    }
+    for run in speak {
+        assert_eq!(run["request"]["model"], run["model"], "{run}");
+    }
+    let (voxtral, xtts_run) = (&speak[0], &speak[1]);
+    // Voxtral: presets grouped by language and gender; the English sample gets an English
+    // voice; no language or instructions field (the model reads neither).
+    assert_eq!(voxtral["sample"], "en", "{voxtral}");
+    assert_eq!(voxtral["voiceLanguage"], "en", "{voxtral}");
+    assert_eq!(voxtral["request"]["voice"], voxtral["voice"], "{voxtral}");
+    let groups = voxtral["groups"].as_array().unwrap();
+    assert!(groups.contains(&json!("English · female")), "{voxtral}");
+    assert_eq!(
+        (&voxtral["language"], &voxtral["instructions"]),
+        (&json!(false), &json!(false))
+    );
+    // XTTS-v2 reads the language; Qwen3-TTS Base has no voice before one is cloned.
+    assert_eq!(xtts_run["language"], true, "{xtts_run}");
+    assert_eq!(xtts_run["instructions"], false, "{xtts_run}");
+    assert_eq!(result["beforeClone"]["speakable"], false, "{result}");
+
+    // Clone: recorded from the fake microphone, in context with its transcript.
+    assert!(
+        result["recorded"]
+            .as_str()
+            .unwrap()
+            .starts_with("Recording of "),
+        "{result}"
+    );
+    let cloned = result["cloned"].as_array().unwrap();
+    assert_eq!(cloned.len(), 1, "{result}");
+    assert!(
+        cloned[0]["text"].as_str().unwrap().contains("in context"),
+        "{result}"
+    );
+    let id = cloned[0]["id"].as_str().unwrap();
+    let listed = server.get("/v1/audio/voices?model=qwen3-base").json();
+    let stored = listed["data"].as_array().unwrap();
+    assert_eq!(stored.len(), 1, "{listed}");
+    assert_eq!(stored[0]["id"], id);
+    assert_eq!(stored[0]["transcript"], "Hello there, this is my voice.");
+    // Spoken with it from the Speak tab.
+    let with_voice = &result["clonedSpeak"];
+    assert_eq!(with_voice["groups"], json!(["Your voices"]), "{with_voice}");
+    assert_eq!(
+        with_voice["request"]["voice"],
+        json!({"id": id}),
+        "{with_voice}"
+    );
+    assert_eq!(with_voice["request"]["model"], "qwen3-base", "{with_voice}");
+    // The dropped file made an XTTS-v2 voice, listed in the picker; deleted again.
+    assert_eq!(result["dropped"].as_array().unwrap().len(), 1, "{result}");
+    assert!(
+        result["droppedPicker"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("Your voices")),
+        "{result}"
+    );
+    assert!(result["deleted"]
+        .as_str()
+        .unwrap()
+        .starts_with("Deleted the voice Dropped voice"));
+    let xtts_voices = server.get("/v1/audio/voices?model=xtts").json();
+    assert!(
+        xtts_voices["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v["object"] != "audio.voice"),
+        "{xtts_voices}"
+    );
+
+    // Transcribe: the file in three formats, and the microphone live with server VAD.
+    let file = &result["file"];
+    assert!(!file["text"].as_str().unwrap().trim().is_empty(), "{file}");
+    assert!(
+        file["srt"].as_str().unwrap().starts_with("1\n00:00:"),
+        "{file}"
+    );
+    assert!(
+        file["vtt"].as_str().unwrap().starts_with("WEBVTT\n"),
+        "{file}"
+    );
+    let live = &result["live"];
+    assert!(live["turns"].as_u64().unwrap() >= 1, "{live}");
+    assert!(live["deltas"].as_u64().unwrap() >= 1, "{live}");
+    assert!(live["completed"].as_u64().unwrap() >= 1, "{live}");
+    let completed = live["items"].as_array().unwrap();
+    assert!(
+        completed
+            .iter()
+            .any(|i| i["open"] == false && !i["text"].as_str().unwrap().is_empty()),
+        "{live}"
+    );
+
+    // A phone's width: nothing wider than the screen.
+    let phone = &result["phone"];
+    assert!(
+        phone["scrollWidth"].as_u64() <= phone["width"].as_u64(),
+        "{phone}"
+    );
+    for name in ["speak", "clone", "transcribe", "phone"] {
+        let shot = Path::new(SCREENSHOTS).join(format!("{name}.png"));
+        assert!(
+            std::fs::metadata(&shot).unwrap().len() > 0,
+            "{}",
+            shot.display()
+        );
+    }
 }

@@ -255,6 +255,7 @@ fn served_over_http_with(settings: &[(&str, &str)]) {
     assert_eq!(card("custom")["capabilities"]["instructions"], true);
     assert_eq!(card("design")["capabilities"]["voice_design"], true);
     assert_eq!(card("base")["capabilities"]["cloning"], true);
+    assert_eq!(card("base")["capabilities"]["language_input"], true);
     assert!(card("custom")["capabilities"]["languages"]
         .as_array()
         .unwrap()

@@ -879,6 +879,8 @@ fn several_models_are_served_by_id_and_an_unknown_model_is_404() {
     let capabilities = &second["capabilities"];
     assert_eq!(capabilities["sample_rate"], 24_000);
     assert_eq!(capabilities["samples_per_frame"], 1920);
+    // Voxtral speaks each preset's own language: a request's `language` is ignored.
+    assert_eq!(capabilities["language_input"], false);
     assert_eq!(capabilities["cloning"], false);
     assert_eq!(capabilities["voices"].as_array().unwrap().len(), 20);
     assert_eq!(models["data"][2]["parent"], "main");

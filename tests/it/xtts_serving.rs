@@ -334,6 +334,7 @@ fn served_over_http_with(settings: &[(&str, &str)]) {
     assert_eq!(card["id"], "coqui/XTTS-v2");
     assert_eq!(card["family"], "xtts-v2");
     assert_eq!(card["capabilities"]["cloning"], true);
+    assert_eq!(card["capabilities"]["language_input"], true);
     assert!(card["capabilities"]["languages"]
         .as_array()
         .unwrap()

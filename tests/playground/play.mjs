@@ -4,41 +4,15 @@
 //   node play.mjs '{"url": ".../playground?max_frames=40", "formats": ["mp3", "opus"],
 //                   "key": null, "text": null, "expect": "playing"}'
 // Prints one JSON line, what the page did; exits non-zero when it did not get there.
-import { createRequire } from "node:module";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { open } from "./browser.mjs";
 
 const options = JSON.parse(process.argv[2]);
-const modules = process.env.VOXTRAL_NODE_MODULES;
-if (!modules) throw new Error("VOXTRAL_NODE_MODULES is not set (eval \"$(scripts/setup.sh --env)\")");
-const { chromium } = createRequire(join(modules, "noop.js"))("playwright-core");
-
-const profile = mkdtempSync(join(tmpdir(), "voxtral-playground-"));
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath: process.env.VOXTRAL_CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    // The network is closed: no update checks, sync or other background requests.
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    // Playback advances without a sound card either way; this keeps a desktop quiet.
-    "--mute-audio",
-  ],
-});
-const origin = new URL(options.url).origin;
+const { page, origin, external, close } = await open(options.url);
 const result = { runs: [] };
 let request = null;
-const page = context.pages()[0] || await context.newPage();
 try {
-  page.on("console", (m) => process.stderr.write(`[page ${m.type()}] ${m.text()}\n`));
-  page.on("pageerror", (e) => process.stderr.write(`[page error] ${e.message}\n`));
   page.on("request", (r) => {
-    const url = r.url();
-    if (url === `${origin}/v1/audio/speech`) request = JSON.parse(r.postData());
-    else if (/^(https?|wss?):/.test(url) && new URL(url).origin !== origin) {
-      (result.external ||= []).push(url);
-    }
+    if (r.url() === `${origin}/v1/audio/speech`) request = JSON.parse(r.postData());
   });
   await page.goto(options.url);
   if (options.key) {
@@ -88,12 +62,12 @@ try {
     });
     result.runs.push({ format, request, ...run });
   }
+  if (external.length) result.external = external;
   console.log(JSON.stringify(result));
 } catch (e) {
   result.status = await page.locator("#status").textContent().catch(() => null);
   console.log(JSON.stringify({ ...result, failure: e.message }));
   process.exitCode = 1;
 } finally {
-  await context.close();
-  rmSync(profile, { recursive: true, force: true });
+  await close();
 }

@@ -101,6 +101,7 @@ pub fn card(
             .into_iter()
             .map(String::from)
             .collect(),
+        language_input: true,
         cloning: model_type == TtsModelType::Base,
         instructions: match model_type {
             TtsModelType::VoiceDesign => true,

@@ -79,6 +79,7 @@ pub fn card<'a>(
         voices: voices.map(voice_info).collect(),
         voice_aliases: &OPENAI_VOICES,
         languages: LANGUAGES.iter().map(|(code, _)| code.to_string()).collect(),
+        language_input: false,
         cloning: false,
         instructions: false,
         voice_design: false,

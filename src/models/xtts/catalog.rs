@@ -48,6 +48,7 @@ pub fn card(inputs: CardInputs<'_>) -> ModelCard {
             .collect(),
         voice_aliases: &OPENAI_VOICES,
         languages: inputs.languages.to_vec(),
+        language_input: true,
         cloning: inputs.cloning,
         instructions: false,
         voice_design: false,

@@ -53,6 +53,8 @@ pub struct Capabilities {
     voice_design: bool,
     /// BCP 47 codes.
     languages: Vec<String>,
+    /// A speech request's `language` is read (`false`: accepted and ignored).
+    language_input: bool,
     /// Of the PCM it produces (before any encoding); for speech to text, of the audio it reads.
     sample_rate: u32,
     /// Samples per generated frame: the unit of `max_frames` and of usage's output tokens
@@ -82,6 +84,7 @@ fn models(app: &AppState) -> Vec<Model> {
                     instructions: m.card.instructions,
                     voice_design: m.card.voice_design,
                     languages: m.card.languages.clone(),
+                    language_input: m.card.language_input,
                     sample_rate: m.card.sample_rate,
                     samples_per_frame: m.card.samples_per_frame,
                 }),
@@ -114,6 +117,7 @@ fn models(app: &AppState) -> Vec<Model> {
                 instructions: false,
                 voice_design: false,
                 languages: Vec::new(),
+                language_input: false,
                 sample_rate: c.sample_rate,
                 samples_per_frame: c.samples_per_token,
             }),
