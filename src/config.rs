@@ -73,6 +73,9 @@ pub struct ServerConfig {
     /// Live sessions (`/v1/realtime?intent=transcription`) open at once per speech-to-text
     /// model; one more is refused. Each takes a KV-cache slot of `max_transcription_seconds`.
     pub max_realtime_sessions: usize,
+    /// Text-in speech sessions (`/v1/audio/speech/realtime`, `/v1/audio/speech/stream`) open
+    /// at once; one more is refused (close code 1013).
+    pub max_speech_sessions: usize,
     pub request_timeout_secs: u64,
     pub shutdown_grace_secs: u64,
     pub api_keys: ApiKeys,

@@ -32,7 +32,9 @@ use axum::routing::get;
 use axum::Router;
 use drain::Drain;
 use routes::speech::SEED_HEADER;
-use routes::{health, models, playground, realtime, speech, transcriptions, voices};
+use routes::{
+    health, models, playground, realtime, speech, speech_realtime, transcriptions, voices,
+};
 use state::{AppState, ServedModel, ServedTranscriber, ServedVoiceEncoder};
 use std::future::IntoFuture;
 use std::sync::Arc;
@@ -58,6 +60,8 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 fn v1_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(speech::create_speech))
+        .routes(routes!(speech_realtime::mistral_websocket))
+        .routes(routes!(speech_realtime::vllm_websocket))
         .routes(routes!(models::list_models))
 }
 

@@ -16,7 +16,7 @@ pub mod split;
 pub mod subtitles;
 
 pub use normalize::{normalize, NormalizeOptions};
-pub use split::{split_ranges, split_segments, DEFAULT_SEGMENT_CHARS};
+pub use split::{split_ranges, split_segments, streamed_cut, DEFAULT_SEGMENT_CHARS};
 
 /// [`normalize()`] then [`split_segments`]: the segments to synthesize for `text`.
 pub fn prepare_segments(text: &str, opts: &NormalizeOptions, max_chars: usize) -> Vec<String> {

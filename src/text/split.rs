@@ -144,6 +144,29 @@ pub fn split_ranges(text: &str, max_chars: usize) -> Vec<Range<usize>> {
     ranges
 }
 
+/// How much of a text that is still being written may be spoken now: the byte offset just
+/// after its last sentence end (or, with `clauses`, its last sentence end or clause mark)
+/// that has the start of the next word after it. The break rules are
+/// [`split_segments`]'s; a break needs the next word because some of them read it (`etc.
+/// and`: no sentence end).
+pub fn streamed_cut(text: &str, clauses: bool) -> Option<usize> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut offs: Vec<usize> = text.char_indices().map(|(b, _)| b).collect();
+    offs.push(text.len());
+    let level = if clauses {
+        Level::Clause
+    } else {
+        Level::Sentence
+    };
+    let last_word = chars.iter().rposition(|c| !c.is_whitespace())?;
+    find_breaks(text, &chars, &offs)
+        .into_iter()
+        .filter(|b| b.level >= level && b.at <= last_word)
+        .filter(|b| chars[b.at..=last_word].iter().any(|c| !c.is_whitespace()))
+        .map(|b| offs[b.at])
+        .last()
+}
+
 /// Cut for a window without any punctuation or space break: the last allowed grapheme
 /// boundary (see [`nospace_boundary`]) at or before `limit`, else the first one after it,
 /// else `fallback` (the next break of any kind, or the end of the text).
@@ -444,6 +467,24 @@ fn find_breaks(text: &str, chars: &[char], offs: &[usize]) -> Vec<Break> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn streamed_cut_waits_for_the_next_word() {
+        assert_eq!(streamed_cut("Hello there", false), None);
+        assert_eq!(
+            streamed_cut("Hello there. ", false),
+            None,
+            "the next word decides"
+        );
+        assert_eq!(streamed_cut("Hello there. Wo", false), Some(12));
+        assert_eq!(streamed_cut("One. Two! Thr", false), Some(9));
+        assert_eq!(streamed_cut("Dr. Smith came", false), None);
+        assert_eq!(streamed_cut("Pi is 3.14 and", false), None);
+        assert_eq!(streamed_cut("First, second", false), None);
+        assert_eq!(streamed_cut("First, second", true), Some(6));
+        assert_eq!(streamed_cut("", true), None);
+    }
+
     use super::*;
 
     #[test]

@@ -29,6 +29,7 @@ mod reliability;
 mod server;
 mod server_mlx;
 mod server_openapi;
+mod speech_socket;
 mod streaming_codec;
 mod transcription;
 mod voices;

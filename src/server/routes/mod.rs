@@ -6,5 +6,7 @@ pub mod models;
 pub mod playground;
 pub mod realtime;
 pub mod speech;
+pub mod speech_realtime;
 pub mod transcriptions;
 pub mod voices;
+pub mod ws;

@@ -50,6 +50,8 @@ const TRY_AGAIN_LATER: u16 = 1013;
 const INTERNAL_ERROR: u16 = 1011;
 /// WebSocket close code 1012: the server is restarting (shutting down).
 const SERVICE_RESTART: u16 = 1012;
+/// The largest client message: OpenAI takes 15 MiB of base64 audio per append.
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 /// How often an open session checks whether the server is shutting down.
 const DRAIN_POLL: Duration = Duration::from_millis(250);
 
@@ -104,6 +106,8 @@ pub async fn realtime_websocket(
     // Browser clients ask for `realtime` beside the subprotocol that carries their key
     // (`server::auth`); the handshake fails in the browser unless one is chosen.
     Ok(upgrade
+        .max_message_size(MAX_MESSAGE_BYTES)
+        .max_frame_size(MAX_MESSAGE_BYTES)
         .protocols(["realtime"])
         .on_upgrade(move |socket| async move {
             Connection::run(socket, served, card.sample_rate, drain).await;
@@ -232,6 +236,10 @@ impl Connection {
                         self.send_error(&e).await?;
                     }
                     Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                    Some(Err(e)) if super::ws::too_large(&e) => {
+                        let message = format!("An event is at most {MAX_MESSAGE_BYTES} bytes");
+                        return self.refuse("message_too_large", super::ws::MESSAGE_TOO_BIG, &message).await;
+                    }
                     Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return Err(Closed),
                 },
                 event = received.recv() => match event {
