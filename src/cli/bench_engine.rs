@@ -34,6 +34,7 @@ impl OnBackend for EngineBench<'_> {
         let sessions = self.args.batch.iter().copied().max().unwrap_or(1).max(1);
         let options = EngineOptions {
             max_sessions: sessions,
+            cuda_graphs: self.args.cuda_graphs,
             ..EngineOptions::default()
         };
         let started = Instant::now();
