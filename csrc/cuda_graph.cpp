@@ -1,12 +1,15 @@
 // CUDA graphs through libtorch's own at::cuda::CUDAGraph, for src/tensor/cuda_graph.rs.
 // Compiled by build.rs only when the libtorch it links has CUDA kernels.
 //
+// Only c10's device-generic guards and events are used: CUDA's own (CUDAGuard) are inline and
+// would call the CUDA runtime from here, which the binary does not link.
+//
 // Every function returns 0 on success and -1 on failure; the failure's message is then
 // kept for this thread (vt_cuda_graph_last_error). No C++ exception crosses into Rust.
 
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAGuard.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/core/Event.h>
 
@@ -51,7 +54,7 @@ int vt_cuda_graph_new(int device, void** out) {
   *out = nullptr;
   return guarded([&] {
     auto index = static_cast<c10::DeviceIndex>(device);
-    c10::cuda::CUDAGuard guard(index);
+    c10::DeviceGuard guard(c10::Device(c10::DeviceType::CUDA, index));
     *out = new Graph{at::cuda::CUDAGraph(), index, std::nullopt, std::nullopt};
   });
 }
@@ -116,7 +119,7 @@ int vt_cuda_graph_capture_end(void* graph) {
 int vt_cuda_graph_replay(void* graph) {
   return guarded([&] {
     auto* g = static_cast<Graph*>(graph);
-    c10::cuda::CUDAGuard guard(g->device);
+    c10::DeviceGuard guard(c10::Device(c10::DeviceType::CUDA, g->device));
     g->graph.replay();
   });
 }
