@@ -312,6 +312,39 @@ impl<T: Tensor> Generation<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::{CudaGraphs, EngineOptions};
+    use crate::models::voxtral_tts::{Noise, SynthesisRequest};
+    use crate::tensor::tch_backend::TchTensor;
+    use crate::testmodel::{cached_test_model, Preset};
+
+    /// On the CPU `auto` captures nothing, takes no scratch slot, and gives `off`'s codes.
+    #[test]
+    fn auto_on_the_cpu_runs_eagerly() {
+        let dir = cached_test_model(Preset::Tiny, 0).unwrap();
+        let load = |cuda_graphs| {
+            let options = EngineOptions {
+                max_sessions: 2,
+                kv_cache_bytes: 8 << 20,
+                cuda_graphs,
+                ..EngineOptions::default()
+            };
+            Voxtral::<TchTensor>::load_for(&dir, &tch::Device::Cpu, DType::F32, &options).unwrap()
+        };
+        let (off, auto) = (load(CudaGraphs::Off), load(CudaGraphs::Auto));
+        assert!(auto.graphs.is_none());
+        assert_eq!((auto.free_slots(), off.free_slots()), (2, 2));
+        let request = SynthesisRequest {
+            text: "Hello there.".into(),
+            voice: off.voices().next().unwrap().to_string(),
+            max_frames: 6,
+            noise: Noise::Seeded {
+                seed: 1,
+                scale: 1.0,
+            },
+        };
+        let codes = |m: &Voxtral<TchTensor>| m.start(&request).unwrap().finish().unwrap().codes;
+        assert_eq!(codes(&auto), codes(&off));
+    }
 
     #[test]
     fn buckets_reach_the_first_that_holds_every_session() {
