@@ -13,7 +13,12 @@
 #   4. `bench` of the full-size random checkpoint in bf16 at 1, 8, 32 and 64 streams;
 #   5. the server on that checkpoint (64 slots): one frame at each of 12 new prompt lengths,
 #      then `load` from 1, 8, 32 and 64 streaming clients, with the GPU's busy time sampled
-#      by nvidia-smi.
+#      by nvidia-smi;
+#   6. CUDA graphs (`--cuda-graphs auto`, docs/cuda-graphs.md): codes with graphs equal the
+#      CPU's (tiny, f32) and the eager CUDA run's (full size, f32 and bf16, one stream);
+#      batched equals alone with graphs (f32); `bench` at 1, 8, 32 and 64 streams with graphs
+#      off and on; `load` from 1, 8, 32 and 64 clients with graphs on, and the capture's log
+#      line (graphs, seconds, memory), in one table.
 # Results go to OUT/gpu-check.txt, and the exit status is 1 when a check fails.
 # CHECKS="3 4" runs only those checks; VOXTRAL_GPU_CHECK_MODELS names a folder for the
 # checkpoints, kept between runs (default OUT/models).
@@ -26,7 +31,7 @@ BIN=$(realpath "${1:-$ROOT/target/release/voxtral-tts}")
 [[ -x $BIN ]] || { echo "gpu-check: no binary at $BIN" >&2; exit 2; }
 OUT=$(mkdir -p "${2:-$ROOT/target/gpu-check}" && realpath "${2:-$ROOT/target/gpu-check}")
 MODELS=${VOXTRAL_GPU_CHECK_MODELS:-$OUT/models}
-CHECKS=${CHECKS:-1 2 3 4 5}
+CHECKS=${CHECKS:-1 2 3 4 5 6}
 REPORT=$OUT/gpu-check.txt
 mkdir -p "$MODELS"
 if TORCH_DIR=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))' 2>/dev/null); then
@@ -173,6 +178,73 @@ memory = [float(r[1]) for r in rows]
 print(f"GPU busy {sum(busy) / max(len(busy), 1):.0f}% of {len(busy)} samples (0.5 s apart, "
       f"from the server's start), memory in use at most {max(memory, default=0):.0f} MiB")
 EOF
+fi
+
+if checking 6; then
+say "-- 6. CUDA graphs"
+same_codes() { # a b: the prompt ids and codes of two --dump-codes files
+  python3 - "$1" "$2" <<'EOF'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+same = sum(x == y for x, y in zip(a["codes"], b["codes"]))
+ok = a["prompt_ids"] == b["prompt_ids"] and a["codes"] == b["codes"]
+print(f"{'same' if ok else 'DIFFER'} ({same} of {len(a['codes'])} frames equal)")
+EOF
+}
+declare -A ROW
+synth "$MODELS/tiny" cuda f32 40 graphs-tiny-f32 --noise-scale 0 --cuda-graphs auto ||
+  fail "synth tiny with graphs"
+[[ -f $OUT/tiny-cpu.json ]] || synth "$MODELS/tiny" cpu f32 40 tiny-cpu --noise-scale 0
+ROW[tiny_cpu]=$(same_codes "$OUT/tiny-cpu.json" "$OUT/graphs-tiny-f32.json")
+for dtype in f32 bf16; do
+  for graphs in off auto; do
+    synth "$full" cuda $dtype 48 "graphs-full-$dtype-$graphs" --noise-scale 0 \
+      --cuda-graphs $graphs || fail "synth full $dtype graphs $graphs"
+  done
+  ROW[full_$dtype]=$(same_codes "$OUT/graphs-full-$dtype-off.json" "$OUT/graphs-full-$dtype-auto.json")
+done
+ROW[captured]=$(grep -h "captured as CUDA graphs" "$OUT/graphs-full-bf16-auto.log" | tail -1)
+"$BIN" bench --model "$MODELS/tiny" --device cuda --dtype f32 --frames 24 --batch 8,32 \
+  --cuda-graphs auto 2>&1 | grep "batched ==" >"$OUT/graphs-batched.txt"
+ROW[batched]=$(tr '\n' ' ' <"$OUT/graphs-batched.txt")
+for graphs in off auto; do
+  timeout 240 "$BIN" bench --model "$full" --device cuda --frames 24 --batch 1,8,32,64 \
+    --cuda-graphs $graphs >"$OUT/graphs-bench-$graphs.txt" 2>&1 || fail "bench graphs $graphs"
+done
+# The first figure in ms on a bench line `batch  N ...`.
+step_ms() {
+  awk -v b="$2" '$1 == "batch" && $2 == b {
+    for (i = 3; i <= NF; i++) if ($i == "ms" || $i ~ /^ms/) { print $(i - 1); exit } }' "$1"
+}
+VOXTRAL_CUDA_GRAPHS=auto VOXTRAL_DEVICE=cuda VOXTRAL_MAX_BATCH_SIZE=64 \
+  VOXTRAL_KV_CACHE_BUDGET_MIB=16384 VOXTRAL_QUEUE_CAPACITY=128 RUST_LOG=info \
+  "$BIN" serve --model "$full" --port 8124 >"$OUT/serve-graphs.log" 2>&1 &
+server=$!
+for _ in $(seq 480); do curl -sf localhost:8124/ready >/dev/null && break; sleep 0.5; done
+timeout 200 "$BIN" load --url http://127.0.0.1:8124 --clients 1,8,32,64 --requests 2 \
+  --max-frames 60 >"$OUT/load-graphs.txt" 2>&1 || fail "load with graphs"
+kill $server
+wait $server 2>/dev/null
+ROW[serve_captured]=$(grep -h "captured as CUDA graphs" "$OUT/serve-graphs.log" | tail -1)
+{
+  echo "| CUDA graphs | result |"
+  echo "| --- | --- |"
+  echo "| tiny f32, graphs vs CPU | ${ROW[tiny_cpu]} |"
+  echo "| full f32, graphs vs eager (1 stream) | ${ROW[full_f32]} |"
+  echo "| full bf16, graphs vs eager (1 stream) | ${ROW[full_bf16]} |"
+  echo "| tiny f32, batched == alone with graphs | ${ROW[batched]} |"
+  for b in 1 8 32 64; do
+    echo "| bench full bf16, $b streams, ms per step (off / auto) |" \
+      "$(step_ms "$OUT/graphs-bench-off.txt" $b) / $(step_ms "$OUT/graphs-bench-auto.txt" $b) |"
+  done
+  echo "| capture (synth, 8 slots) | ${ROW[captured]:-no capture logged} |"
+  echo "| capture (serve, 64 slots) | ${ROW[serve_captured]:-no capture logged} |"
+} | tee -a "$REPORT"
+say "load with graphs (clients 1, 8, 32, 64):"
+tail -5 "$OUT/load-graphs.txt" | tee -a "$REPORT"
+for key in tiny_cpu full_f32 batched; do
+  [[ -n ${ROW[$key]} && ${ROW[$key]} != *DIFFER* ]] || fail "graphs: $key"
+done
 fi
 
 say "== $(date -u +%FT%TZ) done, $([[ $FAILED == 0 ]] && echo 'every check passed' || echo 'SOME CHECKS FAILED')"

@@ -3,6 +3,9 @@
 #   - libtorch 2.11.0 (the PyPI torch wheel) into .deps/py (ignored by git): CPU-trimmed with the
 #     two CUDA runtime wheels libtorch_cpu.so links against, or with VOXTRAL_CUDA=1 the whole
 #     CUDA runtime set the CUDA kernels need (GPU hosts, the Docker image)
+#   - with VOXTRAL_CUDA=1, the CUDA C runtime headers the torch wheels leave out
+#     (crt/host_config.h, the PyPI wheel nvidia-cuda-crt) into .deps/cuda-crt: build.rs compiles
+#     the CUDA-graph shim (csrc/cuda_graph.cpp) against them
 #   - the reference tekken.json (tokenizer test vectors) into .deps/ref
 #   - cmake (bundled opus builds with it) and ffmpeg (decode checks in tests) when missing
 #   - the openai Python SDK (client of the server tests) into .deps/pyclient
@@ -27,6 +30,8 @@ CUDA_GPU_NEEDS=(nvidia-cublas==13.1.0.3 nvidia-cufft==12.0.0.61 nvidia-cufile==1
   nvidia-nvjitlink==13.0.88 nvidia-cuda-nvrtc==13.0.88 nvidia-nvtx==13.0.85
   nvidia-cudnn-cu13==9.19.0.56 nvidia-cusparselt-cu13==0.8.0 nvidia-nccl-cu13==2.28.9
   nvidia-nvshmem-cu13==3.4.5)
+# Headers only, for compiling against libtorch's CUDA headers (crt/host_config.h).
+CUDA_CRT=nvidia-cuda-crt==13.0.88
 FLAVOR=cpu
 [[ ${VOXTRAL_CUDA:-0} == 1 ]] && FLAVOR=cuda
 MISTRAL_COMMON=1.13.1
@@ -128,6 +133,7 @@ install_pip_package() {
 }
 
 install_libtorch
+[[ $FLAVOR == cuda ]] && install_pip_package cuda-crt "$CUDA_CRT"
 if [[ " $* " == *" --build-only "* ]]; then
   install_system_packages
 elif [[ " $* " != *" --libtorch-only "* ]]; then
@@ -142,4 +148,7 @@ if [[ " $* " == *" --env "* ]]; then
   echo "export LIBTORCH='$DEPS/py/torch'"
   echo "export LIBTORCH_BYPASS_VERSION_CHECK=1"
   echo "export VOXTRAL_NODE_MODULES='$DEPS/node/node_modules'"
+  if [[ $FLAVOR == cuda ]]; then
+    echo "export VOXTRAL_CUDA_INCLUDE='$DEPS/cuda-crt/nvidia/cu13/include'"
+  fi
 fi

@@ -2,6 +2,7 @@
 //! then `VOXTRAL_<KEY>` environment variables, then flags; later sources win.
 
 use crate::device::DeviceChoice;
+use crate::engine::CudaGraphs;
 use crate::models::detect_family;
 use crate::tensor::quantized::{parse_quantize, QuantFormat};
 use crate::tensor::DType;
@@ -39,6 +40,9 @@ pub struct ServerConfig {
     /// per model in the order of `model`; `None` keeps them as the checkpoint has them.
     #[serde(default, deserialize_with = "quantize_list")]
     pub quantize: Vec<Option<QuantFormat>>,
+    /// Decode steps as captured CUDA graphs (`auto`) or eager (`off`).
+    #[serde(deserialize_with = "parse_with_from_str")]
+    pub cuda_graphs: CudaGraphs,
     /// libtorch CPU threads; 0 = its default.
     pub threads: usize,
     pub queue_capacity: usize,
@@ -417,6 +421,7 @@ mod tests {
             assert_eq!((c.host.as_str(), c.port), ("127.0.0.1", 8000));
             assert_eq!(c.max_input_chars, 4096);
             assert_eq!(c.device, DeviceChoice::Auto);
+            assert_eq!(c.cuda_graphs, CudaGraphs::Off);
             assert!(c.api_keys.is_empty() && c.cors_origins.is_empty());
 
             let file = "port = 9000\nqueue_capacity = 3\ndevice = \"cpu\"\nmodel = \"/file\"";
@@ -427,8 +432,10 @@ mod tests {
             jail.set_env("VOXTRAL_PORT", "9100");
             jail.set_env("VOXTRAL_DEVICE", "cuda:1");
             jail.set_env("VOXTRAL_LOG_FORMAT", "json");
+            jail.set_env("VOXTRAL_CUDA_GRAPHS", "auto");
             let c = load_in(jail, Some(file), &FlagOverrides::default());
             assert_eq!((c.port, c.device), (9100, DeviceChoice::Cuda(1)));
+            assert_eq!(c.cuda_graphs, CudaGraphs::Auto);
             assert_eq!(c.log_format, LogFormat::Json);
 
             let flags = FlagOverrides {
@@ -544,6 +551,7 @@ mod tests {
             jail.set_env("VOXTRAL_MODEL", "/m");
             for (var, value, needle) in [
                 ("VOXTRAL_DEVICE", "gpu", "unknown device"),
+                ("VOXTRAL_CUDA_GRAPHS", "on", "expected auto or off"),
                 ("VOXTRAL_LOG_FORMAT", "xml", "xml"),
                 ("VOXTRAL_QUEUE_CAPACITY", "0", "queue_capacity"),
                 ("VOXTRAL_PORT", "http", "PORT"),

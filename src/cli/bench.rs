@@ -3,7 +3,7 @@
 
 use super::synth::parse_dtype;
 use crate::device::{DeviceChoice, OnBackend};
-use crate::engine::EngineOptions;
+use crate::engine::{CudaGraphs, EngineOptions};
 use crate::models::voxtral_tts::params::Config;
 use crate::models::voxtral_tts::{Generation, Noise, StageTimes, SynthesisRequest, Voxtral};
 use crate::models::{detect_family, Family};
@@ -37,6 +37,10 @@ pub struct BenchArgs {
     pub(super) quantize: std::option::Option<QuantFormat>,
     #[arg(long, default_value = "auto")]
     pub(super) device: DeviceChoice,
+    /// auto | off: time the decode step as captured CUDA graphs where the model and device
+    /// allow (docs/configuration.md, `cuda_graphs`).
+    #[arg(long, default_value = "off")]
+    pub(super) cuda_graphs: CudaGraphs,
     /// libtorch intra-op threads (default: libtorch's choice).
     #[arg(long)]
     pub(super) threads: Option<usize>,
@@ -98,6 +102,7 @@ fn engine_options(args: &BenchArgs, dir: &std::path::Path) -> Result<EngineOptio
         max_sessions: sessions,
         kv_cache_bytes: sessions * positions * per_position,
         quantize: args.quantize,
+        cuda_graphs: args.cuda_graphs,
         ..EngineOptions::default()
     })
 }

@@ -35,6 +35,7 @@ impl OnBackend for EngineBench<'_> {
         let options = EngineOptions {
             max_sessions: sessions,
             quantize: self.args.quantize,
+            cuda_graphs: self.args.cuda_graphs,
             ..EngineOptions::default()
         };
         let started = Instant::now();

@@ -4,7 +4,7 @@ use crate::audio::input::{decode_to_rate, DecodeLimits};
 use crate::audio::{encode_audio, AudioFormat};
 use crate::device::DeviceChoice;
 use crate::engine::{
-    prepare_speech, Conditioning, CustomVoice, EngineOptions, Sampling, SpeechInput,
+    prepare_speech, Conditioning, CudaGraphs, CustomVoice, EngineOptions, Sampling, SpeechInput,
 };
 use crate::scheduler::voice_encoding::{
     start_voice_encoding, VoiceEncoderState, VoiceEncodingJob, VoiceEncodingSettings,
@@ -81,6 +81,10 @@ pub struct SynthArgs {
     /// the `mlx` feature).
     #[arg(long, default_value = "auto")]
     device: DeviceChoice,
+    /// auto | off: run the decode step as captured CUDA graphs where the model and device
+    /// allow (docs/configuration.md, `cuda_graphs`).
+    #[arg(long, default_value = "off")]
+    cuda_graphs: CudaGraphs,
     /// Speak the text as given: no markup stripping, URL or line-break handling (the server's
     /// `normalize: false`).
     #[arg(long)]
@@ -109,6 +113,7 @@ fn start(
     device: DeviceChoice,
     dtype: DType,
     quantize: Option<QuantFormat>,
+    cuda_graphs: CudaGraphs,
 ) -> Result<(JobQueue, Arc<LoadedModel>, JoinHandle<()>)> {
     let settings = WorkerSettings {
         model_id: "synth".into(),
@@ -121,6 +126,7 @@ fn start(
         streaming: StreamSettings::default(),
         engine: EngineOptions {
             quantize,
+            cuda_graphs,
             ..EngineOptions::default()
         },
     };
@@ -141,7 +147,8 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 /// Synthesizes as the server does: the same text preparation (normalization, segments), the
 /// same worker, the same crossfades, so the same request gives the same audio.
 pub fn run(args: SynthArgs) -> Result<()> {
-    let (queue, model, worker) = start(&args.model, args.device, args.dtype, args.quantize)?;
+    let (queue, model, worker) =
+        start(&args.model, args.device, args.dtype, args.quantize, args.cuda_graphs)?;
     let card = &model.card;
     let custom_voice = match args.voice {
         Some(_) => None,
@@ -290,7 +297,8 @@ fn collect(mut events: UnboundedReceiver<JobEvent>) -> Result<(Vec<f32>, JobSumm
 }
 
 pub fn list_voices(dir: &Path) -> Result<()> {
-    let (_queue, model, _worker) = start(dir, DeviceChoice::Cpu, DType::BF16, None)?;
+    let (_queue, model, _worker) =
+        start(dir, DeviceChoice::Cpu, DType::BF16, None, CudaGraphs::Off)?;
     for v in &model.card.voices {
         println!("{}", v.name);
     }

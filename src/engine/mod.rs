@@ -210,6 +210,8 @@ pub struct EngineOptions {
     /// How the large linear weights are stored where the backend multiplies that format
     /// (`None`: as the checkpoint stores them, in the compute dtype).
     pub quantize: Option<QuantFormat>,
+    /// Whether decode steps run as captured CUDA graphs where the family and device allow.
+    pub cuda_graphs: CudaGraphs,
 }
 
 impl Default for EngineOptions {
@@ -219,6 +221,39 @@ impl Default for EngineOptions {
             max_sessions: 8,
             kv_cache_bytes: 2 << 30,
             quantize: None,
+            cuda_graphs: CudaGraphs::Off,
+        }
+    }
+}
+
+/// `cuda_graphs`: `auto` captures the decode step as CUDA graphs when the model loads on a
+/// CUDA device of a build with the graph shim, and runs eagerly (saying why) otherwise.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CudaGraphs {
+    Auto,
+    #[default]
+    Off,
+}
+
+impl CudaGraphs {
+    /// For families whose steps are not captured: with `auto`, logs that they run eagerly
+    /// and `why`.
+    pub fn not_captured(self, family: &str, why: &str) {
+        if self == CudaGraphs::Auto {
+            tracing::info!(family, why, "cuda_graphs = auto: decode steps run eagerly");
+        }
+    }
+}
+
+impl std::str::FromStr for CudaGraphs {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(CudaGraphs::Auto),
+            "off" => Ok(CudaGraphs::Off),
+            _ => Err(format!("unknown cuda_graphs {s:?}: expected auto or off")),
         }
     }
 }

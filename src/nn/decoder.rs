@@ -71,7 +71,7 @@ pub struct Decoder<T: Tensor> {
 
 /// Tokens a prefill chunk is rounded up to on an accelerator: prompts of any length then
 /// run in a few shapes, and on CUDA the first run at a new shape costs tens of milliseconds
-/// (as the pooled attention's key length did, `tch_backend::POOL_KEYS_BUCKET`).
+/// (as the pooled attention's key length did, `tensor::POOL_KEYS_BUCKET`).
 const PREFILL_BUCKET: usize = 64;
 
 impl<T: Tensor> Decoder<T> {
@@ -207,16 +207,22 @@ impl<T: Tensor> Decoder<T> {
             slots.iter().map(|s| s.len).collect(),
             self.window,
         );
+        self.step_rows(x, pool, &rows)
+    }
+
+    /// A decode step of `x` `[rows, 1, dim]` at `rows`, with no host work: what a captured
+    /// graph of the step records. The caller keeps the slots' lengths.
+    pub fn step_rows(&self, x: &T, pool: &mut KvPool<T>, rows: &PoolRows<T>) -> T {
         let mut h = x.clone();
         for (i, layer) in self.layers.iter().enumerate() {
             let a = &layer.attention;
             let (q, k, v) = a.qkv(&layer.attention_norm.forward(&h));
             let (q, k) = self.heads(layer, &q, &k);
-            let q = q.rope_rows(&self.rope, &rows);
-            let k = k.rope_rows(&self.rope, &rows);
-            pool.keys[i].write_rows(&rows, &k);
-            pool.values[i].write_rows(&rows, &a.split_heads(&v, a.n_kv_heads));
-            let out = T::pool_attention(&q, &pool.keys[i], &pool.values[i], &rows, a.scale());
+            let q = q.rope_rows(&self.rope, rows);
+            let k = k.rope_rows(&self.rope, rows);
+            pool.keys[i].write_rows(rows, &k);
+            pool.values[i].write_rows(rows, &a.split_heads(&v, a.n_kv_heads));
+            let out = T::pool_attention(&q, &pool.keys[i], &pool.values[i], rows, a.scale());
             h = self.feed_forward(i, &a.merge_heads_add(&out, &h));
         }
         self.norm.forward(&h)

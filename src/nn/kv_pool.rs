@@ -22,6 +22,28 @@ pub struct KvSlot {
     pub(super) len: usize,
 }
 
+impl KvSlot {
+    /// Its slot in the pool.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Positions written so far: the next token's position.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Counts one more position written by a step run outside [`super::decoder::Decoder`]
+    /// (a replayed graph of its step).
+    pub fn advance(&mut self) {
+        self.len += 1;
+    }
+}
+
 impl<T: Tensor> KvPool<T> {
     /// `layers` gives each layer's `(kv_heads, head_dim)`.
     pub fn new(
@@ -62,6 +84,15 @@ impl<T: Tensor> KvPool<T> {
         Some(KvSlot { index, len: 0 })
     }
 
+    /// Takes the highest free slot for good, out of the slots sessions acquire: scratch rows
+    /// (a captured decode step's padding) write there. `None` when every slot is in use.
+    pub fn set_aside(&mut self) -> Option<usize> {
+        (!self.free.is_empty()).then(|| {
+            self.slots -= 1;
+            self.free.remove(0)
+        })
+    }
+
     /// Gives a slot back (its contents are overwritten by the next user).
     pub fn release(&mut self, slot: &KvSlot) {
         debug_assert!(!self.free.contains(&slot.index), "slot released twice");
@@ -89,5 +120,18 @@ mod tests {
         pool.release(&a);
         assert_eq!(pool.free_slots(), 2);
         assert_eq!(pool.acquire().unwrap().index, 0);
+    }
+
+    #[test]
+    fn a_slot_set_aside_is_never_acquired() {
+        let mut pool = KvPool::<TchTensor>::new(&tch::Device::Cpu, DType::F32, &[(1, 2)], 3, 4);
+        assert_eq!(pool.set_aside(), Some(2));
+        assert_eq!((pool.slots(), pool.free_slots()), (2, 2));
+        let a = pool.acquire().unwrap();
+        let b = pool.acquire().unwrap();
+        assert_eq!((a.index(), b.index()), (0, 1));
+        assert!(pool.acquire().is_none() && pool.set_aside().is_none());
+        pool.release(&b);
+        assert_eq!(pool.acquire().unwrap().index(), 1);
     }
 }

@@ -333,6 +333,10 @@ fn start_models(
     let (mut models, mut voice_encoders, mut transcribers) = (Vec::new(), Vec::new(), Vec::new());
     for (index, (id, model_dir)) in config.models().into_iter().enumerate() {
         if let Ok(Family::VoxtralRealtime) = detect_family(&model_dir) {
+            config.cuda_graphs.not_captured(
+                "voxtral_realtime",
+                "its decoder step has no capture yet (sliding-window rows and the audio rows it adds are built on the host each step)",
+            );
             let (queue, state, worker) = start_transcription_worker(
                 TranscriptionSettings {
                     model_id: id.clone(),
@@ -369,6 +373,7 @@ fn start_models(
                     max_sessions: config.max_batch_size,
                     kv_cache_bytes: config.kv_cache_budget_mib << 20,
                     quantize: config.quantize_of(index),
+                    cuda_graphs: config.cuda_graphs,
                 },
             },
             config.queue_capacity,

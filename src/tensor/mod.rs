@@ -8,12 +8,14 @@
 
 pub mod cpu_gemv;
 mod cpu_small;
+pub mod cuda_graph;
 #[cfg(feature = "mlx")]
 pub mod mlx_backend;
 pub mod quantized;
 pub mod tch_backend;
 
 use quantized::QuantFormat;
+use cuda_graph::{CudaGraph, GraphError};
 use std::cell::OnceCell;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -186,6 +188,24 @@ pub trait Tensor: Clone + Sized + 'static {
     /// Waits until `device` has run everything queued on it: stage timings on devices that
     /// run operations asynchronously (CUDA). A no-op where operations finish as they return.
     fn synchronize(_device: &Self::Device) {}
+    /// Captures what `body` queues on `device` as a CUDA graph ([`CudaGraph::capture`]: after
+    /// `warmups` runs, sharing `share`'s memory pool). Err where the backend or the device
+    /// has no graphs.
+    fn capture_graph(
+        _device: &Self::Device,
+        _share: Option<&CudaGraph>,
+        _warmups: usize,
+        _body: &mut dyn FnMut(),
+    ) -> Result<CudaGraph, GraphError> {
+        Err(GraphError::NotCuda(format!(
+            "the {} backend",
+            Self::BACKEND
+        )))
+    }
+    /// Device memory the backend's allocator holds, graph pools included, where it can say.
+    fn reserved_device_bytes(_device: &Self::Device) -> Option<u64> {
+        None
+    }
     /// Starts a thread that runs model code as the calling thread does (libtorch keeps its
     /// autograd switch and its CPU thread count per thread).
     fn spawn_model_thread<F: FnOnce() + Send + 'static>(
@@ -469,6 +489,25 @@ impl<T: Tensor> PoolRows<T> {
         }
     }
 
+    /// Rows whose indices are already on the device (`slot_ids`, `position_ids`, `[rows]`
+    /// i64) and may change between uses, as a captured graph's inputs do: the host knows only
+    /// the shapes, so every row counts as in slot 0 attending to `keys` positions, which is
+    /// what sizes an accelerator's pooled attention ([`pool_keys_read`]). No window.
+    /// Accelerators only: the CPU's pooled attention reads the host indices.
+    pub fn on_device(slot_ids: T, position_ids: T, rows: usize, keys: usize) -> Self {
+        assert!(keys > 0, "a row attends to at least itself");
+        PoolRows {
+            slots: vec![0; rows],
+            positions: vec![keys - 1; rows],
+            first: vec![0; rows],
+            slot_ids,
+            position_ids,
+            first_ids: None,
+            attention_mask: OnceCell::new(),
+            rope_tables: OnceCell::new(),
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.slots.len()
     }
@@ -476,6 +515,20 @@ impl<T: Tensor> PoolRows<T> {
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }
+}
+
+/// Keys an accelerator's pooled attention reads per row, rounded up to a multiple of this: the
+/// attention then sees a few shapes instead of a new one at each step, and on CUDA each new
+/// shape costs tens of milliseconds the first time (measured: a step of 8 streams took 69 ms
+/// the first time through its lengths, 23 ms the second).
+pub const POOL_KEYS_BUCKET: usize = 256;
+
+/// The keys a pooled attention reads per row when its longest row attends to `longest`
+/// positions of a pool of `pool_positions`: `longest` rounded up to [`POOL_KEYS_BUCKET`].
+pub fn pool_keys_read(longest: usize, pool_positions: usize) -> usize {
+    longest
+        .next_multiple_of(POOL_KEYS_BUCKET)
+        .min(pool_positions)
 }
 
 /// [`Tensor::pool_attention`] as one `attention` call per row over its slot's keys and values:

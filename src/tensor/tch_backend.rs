@@ -3,7 +3,9 @@
 
 use super::quantized::QuantFormat;
 use super::{
-    pool_attention_by_row, ConvKind, DType, Fused, PadMode, PoolRows, Products, RawTensor, Tensor,
+    cuda_graph::{CudaGraph, GraphError},
+    pool_attention_by_row, pool_keys_read, ConvKind, DType, Fused, PadMode, PoolRows, Products,
+    RawTensor, Tensor,
 };
 use tch::{Device, Kind};
 
@@ -605,12 +607,6 @@ fn rotate_pairs(x: &tch::Tensor, cos: &tch::Tensor, sin: &tch::Tensor) -> tch::T
     (x32 * cos + swapped * sin).to_kind(x.kind())
 }
 
-/// Keys a pooled attention reads per row, rounded up to a multiple of this: the attention
-/// then sees a few shapes instead of a new one at each step, and on CUDA each new shape costs
-/// tens of milliseconds the first time (measured: a step of 8 streams took 69 ms the first
-/// time through its lengths, 23 ms the second).
-const POOL_KEYS_BUCKET: usize = 256;
-
 /// [`Tensor::pool_attention`] as one scaled-dot-product attention over every row's slot,
 /// keys beyond a row's own length (or before its window) masked: the path for accelerators,
 /// where one launch for all rows beats a loop of small ones. The mask is made once per step.
@@ -621,9 +617,9 @@ pub fn masked_pool_attention(
     rows: &PoolRows<TchTensor>,
     scale: f64,
 ) -> TchTensor {
-    let pool_positions = keys.0.size()[2];
+    let pool_positions = keys.0.size()[2] as usize;
     let longest = rows.positions.iter().max().map_or(0, |p| p + 1);
-    let longest = (longest.next_multiple_of(POOL_KEYS_BUCKET) as i64).min(pool_positions);
+    let longest = pool_keys_read(longest, pool_positions) as i64;
     let gather = |pool: &TchTensor| {
         pool.0
             .narrow(2, 0, longest)
@@ -738,6 +734,25 @@ impl Tensor for TchTensor {
     fn synchronize(device: &Device) {
         if let Device::Cuda(index) = *device {
             tch::Cuda::synchronize(index as i64);
+        }
+    }
+
+    fn capture_graph(
+        device: &Device,
+        share: Option<&CudaGraph>,
+        warmups: usize,
+        body: &mut dyn FnMut(),
+    ) -> Result<CudaGraph, GraphError> {
+        match *device {
+            Device::Cuda(index) => CudaGraph::capture(index, share, warmups, body),
+            other => Err(GraphError::NotCuda(format!("{other:?}"))),
+        }
+    }
+
+    fn reserved_device_bytes(device: &Device) -> Option<u64> {
+        match *device {
+            Device::Cuda(index) => super::cuda_graph::reserved_bytes(index).ok(),
+            _ => None,
         }
     }
 

@@ -53,6 +53,10 @@ impl<T: Tensor> Qwen3Engine<T> {
         dtype: DType,
         options: &EngineOptions,
     ) -> Result<Self, LoadError> {
+        options.cuda_graphs.not_captured(
+            "qwen3_tts",
+            "the talker's logits and each of the code predictor's 15 passes are sampled on the host, and each sampled code is uploaded for the next pass",
+        );
         let config = Qwen3TtsConfig::from_file(&dir.join("config.json"))?;
         let talker = talker_options(&config, dtype, options)?;
         let model = Qwen3Tts::<T>::load(dir, device, dtype, &talker)?;

@@ -256,17 +256,34 @@ impl<T: Tensor> FlowHead<T> {
     /// `noise` (`[b, n_acoustic]` f32 on the model's device, already scaled). Row-major
     /// `[b][1 + n_acoustic]`.
     pub fn sample(&self, hidden: &T, noise: &T) -> Vec<Vec<u32>> {
+        let codes = self.sample_codes(hidden, noise);
+        // One evaluation per frame (lazy backends): both heads and every Euler step.
+        T::eval(&[&codes]);
+        self.frames(&codes.to_vec_f32())
+    }
+
+    /// Makes the buffers of `sample` hold at least `rows` rows now: a captured graph reads and
+    /// writes the buffers it saw, so none may be replaced after a capture.
+    pub fn reserve(&self, rows: usize) {
+        let mut slot = self.buffers.borrow_mut();
+        if slot.as_ref().is_none_or(|buffers| buffers.rows < rows) {
+            *slot = Some(EulerBuffers::new(self, rows));
+        }
+    }
+
+    /// [`FlowHead::sample`] up to the codes on the device: the semantic code and the acoustic
+    /// levels per row, `[b, 1 + n_acoustic]` f32, a view of the head's buffers (overwritten by
+    /// the next call). No host work once the buffers hold `b` rows ([`FlowHead::reserve`]).
+    pub fn sample_codes(&self, hidden: &T, noise: &T) -> T {
         let b = hidden.shape()[0];
         assert_eq!(
             noise.shape(),
             [b, self.n_acoustic],
             "noise must hold n_acoustic values per row"
         );
+        self.reserve(b);
         let mut slot = self.buffers.borrow_mut();
-        if slot.as_ref().is_none_or(|buffers| buffers.rows < b) {
-            *slot = Some(EulerBuffers::new(self, b));
-        }
-        let buffers = slot.as_mut().expect("allocated above");
+        let buffers = slot.as_mut().expect("reserved above");
         let logits = hidden
             .to_dtype(DType::F32)
             .linear(&self.semantic_out)
@@ -277,10 +294,20 @@ impl<T: Tensor> FlowHead<T> {
         let levels = self.acoustic(buffers, hidden, noise);
         buffers.codes.write_at(&[0, 0], &semantic);
         buffers.codes.write_at(&[0, 1], &levels);
-        let codes = buffers.codes.narrow(0, 0, b);
-        // One evaluation per frame (lazy backends): both heads and every Euler step.
-        T::eval(&[&codes]);
-        let codes = codes.to_vec_f32();
+        buffers.codes.narrow(0, 0, b)
+    }
+
+    /// The codes the last [`FlowHead::sample_codes`] (or a replay of it) wrote for its
+    /// first `rows` rows.
+    pub fn codes_view(&self, rows: usize) -> T {
+        let buffers = self.buffers.borrow();
+        let buffers = buffers.as_ref().expect("sampled before");
+        buffers.codes.narrow(0, 0, rows)
+    }
+
+    /// Frames of codes (with their +2 offset) from [`FlowHead::sample_codes`]'s values read to
+    /// the host, row-major.
+    pub fn frames(&self, codes: &[f32]) -> Vec<Vec<u32>> {
         codes
             .chunks_exact(1 + self.n_acoustic)
             .map(|row| {

@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod codec;
 mod engine;
 pub mod flow_head;
+pub mod graphs;
 pub mod params;
 mod prompt;
 pub mod voices;
@@ -14,7 +15,7 @@ pub mod voices;
 pub use crate::engine::StopReason;
 pub use prompt::{Prompter, SpecialIds};
 
-use crate::engine::{EngineOptions, PrepareError};
+use crate::engine::{CudaGraphs, EngineOptions, PrepareError};
 use crate::nn::checkpoint::Checkpoint;
 use crate::nn::decoder::{Decoder, DecoderDims};
 use crate::nn::kv_pool::{KvPool, KvSlot};
@@ -105,6 +106,8 @@ pub struct Voxtral<T: Tensor> {
     /// device time rather than the time to queue it (benchmarks on CUDA; off when serving,
     /// where the host queues the flow head while the device still runs the backbone).
     synchronized_stages: bool,
+    /// The decode step's CUDA graphs (`cuda_graphs = auto` on a CUDA device).
+    graphs: Option<graphs::StepGraphs<T>>,
     /// The memory-mapped checkpoint the weights point into; declared last so it outlives them.
     _weights: Vec<Arc<memmap2::Mmap>>,
 }
@@ -177,7 +180,17 @@ impl<T: Tensor> Voxtral<T> {
         // nothing, they run faster from one stream on (docs/performance.md).
         let quantized = l.quantizing(options.quantize);
         let backbone = Decoder::load(&quantized.packing(Products::AlsoManyRows), "", &dims)?;
-        let kv = backbone.new_pool(dtype, slots, positions);
+        // With graphs, one slot more, set aside for the padding rows of captured steps.
+        let probe = match options.cuda_graphs {
+            CudaGraphs::Off => None,
+            CudaGraphs::Auto => T::capture_graph(device, None, 0, &mut || {})
+                .inspect_err(|reason| {
+                    tracing::info!(%reason, "cuda_graphs = auto: decode steps run eagerly")
+                })
+                .ok(),
+        };
+        let mut kv = backbone.new_pool(dtype, slots + usize::from(probe.is_some()), positions);
+        let scratch = probe.as_ref().and_then(|_| kv.set_aside());
         let flow = FlowHead::load(&quantized, &config)?;
         // The codec's weights are small, and bf16 convolutions have no fast path on most CPUs
         // (55x slower than f32 without AVX512-BF16): on a CPU it computes in f32, which also
@@ -198,7 +211,7 @@ impl<T: Tensor> Voxtral<T> {
             voice_rows: voices.iter().map(|(k, v)| (k.clone(), v.rows)).collect(),
             max_positions: kv.positions(),
         };
-        Ok(Voxtral {
+        let mut model = Voxtral {
             _weights: ckpt.mmaps(),
             config,
             prompter: Arc::new(prompter),
@@ -213,7 +226,12 @@ impl<T: Tensor> Voxtral<T> {
             dtype,
             prefill_chunk: options.prefill_chunk_tokens.max(1),
             synchronized_stages: false,
-        })
+            graphs: None,
+        };
+        if let (Some(pool), Some(scratch)) = (probe, scratch) {
+            model.graphs = model.capture_step_graphs(pool, scratch);
+        }
+        Ok(model)
     }
 
     /// Makes `StageTimes` count each stage's device time: the device is waited for after
@@ -590,6 +608,13 @@ impl<T: Tensor> Generation<'_, T> {
             .iter_mut()
             .flat_map(|g| g.noise.next(width))
             .collect();
+        match Generation::replay_step(&mut active, &noise) {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(error) => {
+                tracing::warn!(%error, "replaying the decode step's CUDA graph failed; this step runs eagerly")
+            }
+        }
         let noise = T::from_f32(&m.device, &noise, &[active.len(), width], DType::F32);
 
         let started = Instant::now();

@@ -72,6 +72,10 @@ impl<T: Tensor> XttsEngine<T> {
         dtype: DType,
         options: &EngineOptions,
     ) -> Result<Self, LoadError> {
+        options.cuda_graphs.not_captured(
+            "xtts",
+            "each GPT step's scores and latents are read to the host to sample, and the next codes and positions are uploaded",
+        );
         let folder = XttsFolder::open(dir)?;
         let file = dir.join("config.json").display().to_string();
         let tokenizer = XttsTokenizer::from_file(&folder.vocab)?;
