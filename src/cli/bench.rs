@@ -4,6 +4,7 @@
 use super::synth::parse_dtype;
 use crate::device::{DeviceChoice, OnBackend};
 use crate::engine::{CudaGraphs, EngineOptions};
+use crate::models::quantize::stored_format;
 use crate::models::voxtral_tts::params::Config;
 use crate::models::voxtral_tts::{Generation, Noise, StageTimes, SynthesisRequest, Voxtral};
 use crate::models::{detect_family, Family};
@@ -161,7 +162,8 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
         "model      {} ({}{}, {} {:?}{})",
         dir.display(),
         args.dtype,
-        args.quantize
+        stored_format(&dir)
+            .or(args.quantize)
             .map_or(String::new(), |f| format!(", {f} weights")),
         T::BACKEND,
         device,
@@ -200,8 +202,8 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
         "total      {step:.2} ms/frame over {frames} frames (real-time factor {:.3})",
         step / frame_ms
     );
-    let (backbone_bytes, flow_bytes) =
-        weight_bytes_per_frame(&model.config, args.dtype, args.quantize);
+    let format = stored_format(&dir).or(args.quantize);
+    let (backbone_bytes, flow_bytes) = weight_bytes_per_frame(&model.config, args.dtype, format);
     // The weights live where the model runs: an accelerator's own memory, or the host's.
     let floors = match T::device_copy_bandwidth(device) {
         Some(copy) => {

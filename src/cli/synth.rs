@@ -147,8 +147,13 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 /// Synthesizes as the server does: the same text preparation (normalization, segments), the
 /// same worker, the same crossfades, so the same request gives the same audio.
 pub fn run(args: SynthArgs) -> Result<()> {
-    let (queue, model, worker) =
-        start(&args.model, args.device, args.dtype, args.quantize, args.cuda_graphs)?;
+    let (queue, model, worker) = start(
+        &args.model,
+        args.device,
+        args.dtype,
+        args.quantize,
+        args.cuda_graphs,
+    )?;
     let card = &model.card;
     let custom_voice = match args.voice {
         Some(_) => None,

@@ -14,8 +14,8 @@ pub mod mlx_backend;
 pub mod quantized;
 pub mod tch_backend;
 
-use quantized::QuantFormat;
 use cuda_graph::{CudaGraph, GraphError};
+use quantized::QuantFormat;
 use std::cell::OnceCell;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -164,7 +164,7 @@ pub fn streamed_cut(text: &str, clauses: bool) -> Option<usize> {
         .filter(|b| b.level >= level && b.at <= last_word)
         .filter(|b| chars[b.at..=last_word].iter().any(|c| !c.is_whitespace()))
         .map(|b| offs[b.at])
-        .last()
+        .next_back()
 }
 
 /// Cut for a window without any punctuation or space break: the last allowed grapheme

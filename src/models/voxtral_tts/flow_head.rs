@@ -222,8 +222,7 @@ impl<T: Tensor> FlowHead<T> {
                 dim,
             )?,
             semantic_mask: T::from_f32(l.device, &mask, &[rows], DType::F32),
-            // An output head of a few dozen rows: quantizing it would save nothing.
-            acoustic_out: l.quantizing(None).tensor(
+            acoustic_out: l.tensor(
                 &format!("{p}.acoustic_codebook_output.weight"),
                 &[n_ac, dim],
             )?,

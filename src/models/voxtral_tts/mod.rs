@@ -191,7 +191,9 @@ impl<T: Tensor> Voxtral<T> {
         };
         let mut kv = backbone.new_pool(dtype, slots + usize::from(probe.is_some()), positions);
         let scratch = probe.as_ref().and_then(|_| kv.set_aside());
-        let flow = FlowHead::load(&quantized, &config)?;
+        // The flow head stays in the compute dtype: its products of six rows per stream run
+        // faster from its packed bf16 weights than from quantized ones (docs/quantization.md).
+        let flow = FlowHead::load(&l, &config)?;
         // The codec's weights are small, and bf16 convolutions have no fast path on most CPUs
         // (55x slower than f32 without AVX512-BF16): on a CPU it computes in f32, which also
         // makes streamed and one-shot decoding agree in bf16 mode.

@@ -4,10 +4,11 @@
 //! over the memory bandwidth: bf16 is 2 bytes per weight, [`QuantFormat::Q8`] 1.06 and
 //! [`QuantFormat::Q4`] 0.56. The layouts are llama.cpp's `Q8_0` and `Q4_0` in spirit (blocks
 //! of 32 weights along the input axis, each with one scale, symmetric), with a bf16 scale
-//! rounded up in magnitude so that no value clips: a bf16 times an 8-bit integer is exact in
-//! f32, so a block's weights widen in registers to exactly the dequantized values, and every
-//! product is an f32 dot product with the dequantized weight, summed in a fixed order whatever
-//! the rows or threads (a request's result does not depend on its batch).
+//! rounded up in magnitude so that no value clips. Products quantize their input rows the same
+//! way (signed bytes, an f32 scale per block of 32), so that each block's 32 products are
+//! integers: exact in any order, at any vector width. Each output is then summed over the
+//! blocks in f32 in one fixed order, so every variant gives the same bits, and a request's
+//! result does not depend on its batch.
 //!
 //! Layout of a weight `[out, k]` (`k` a multiple of [`GROUP`]): `[out, k / 32, block]` bytes,
 //! each block its scale (bf16, little-endian) then its values:
@@ -195,34 +196,60 @@ pub const MAX_ROWS: usize = 64;
 /// Weights smaller than this run on the calling thread.
 const PARALLEL_MIN_BYTES: usize = 256 << 10;
 
-/// Output rows per thread's share step: four outputs' blocks stay in one set of cache lines.
-const OUTPUT_BLOCK: usize = 4;
+/// Outputs per tile: their sums are independent chains, so four keep the multiply-adds busy
+/// with one input row (a decode step of one stream).
+const OUTPUT_BLOCK: usize = 8;
 
-/// One variant's kernel: the outputs `outputs` of every input row.
+/// Input rows per tile: each shares the tile's widened weights.
+const ROW_BLOCK: usize = 2;
+
+/// One variant's kernel: outputs `outputs` of every input row.
 type Kernel = unsafe fn(&Job, Range<usize>);
 
-fn kernel(variant: Variant, format: QuantFormat) -> Kernel {
+fn kernel(variant: Variant) -> Kernel {
     match variant {
         Variant::Portable => portable_run,
+        // One x86 kernel: AVX2's byte products are the same integers at any vector width.
         #[cfg(target_arch = "x86_64")]
-        Variant::Avx2Fma => match format {
-            QuantFormat::Q8 => x86::avx2_q8,
-            QuantFormat::Q4 => x86::avx2_q4,
-        },
-        #[cfg(target_arch = "x86_64")]
-        Variant::Avx512F | Variant::Avx512Bf16 | Variant::Amx => match format {
-            QuantFormat::Q8 => x86::avx512_q8,
-            QuantFormat::Q4 => x86::avx512_q4,
-        },
+        _ => x86::avx2_run,
         #[cfg(not(target_arch = "x86_64"))]
         _ => unreachable!("only the portable variant is supported here"),
     }
 }
 
+/// The input rows as the kernels read them: each block of 32 values as signed bytes with one
+/// f32 scale (llama.cpp's `Q8_0` activations), so that a block's products are integers,
+/// exact in any order.
+struct Inputs {
+    values: Vec<i8>,
+    scales: Vec<f32>,
+}
+
+fn quantize_inputs(x: &[f32]) -> Inputs {
+    let mut values = vec![0i8; x.len()];
+    let scales = x
+        .chunks_exact(GROUP)
+        .zip(values.chunks_exact_mut(GROUP))
+        .map(|(block, q)| {
+            let max = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let scale = max / 127.0;
+            let inverse = if scale == 0.0 { 0.0 } else { 1.0 / scale };
+            for (q, v) in q.iter_mut().zip(block) {
+                *q = (v * inverse).round().clamp(-127.0, 127.0) as i8;
+            }
+            scale
+        })
+        .collect();
+    Inputs { values, scales }
+}
+
 /// One product, shared by the threads that compute it.
 pub struct Job {
     format: QuantFormat,
-    x: *const f32,
+    /// `rows * k` signed bytes.
+    x: *const i8,
+    /// `rows * k / 32` scales.
+    x_scales: *const f32,
     w: *const u8,
     y: *mut f32,
     k: usize,
@@ -243,11 +270,32 @@ impl Job {
     unsafe fn weight_row(&self, o: usize) -> *const u8 {
         self.w.add(o * self.blocks() * self.format.block_bytes())
     }
+
+    /// Block `b` of input row `m`: its 32 bytes and its scale.
+    ///
+    /// # Safety
+    /// `m < rows`, `b < blocks`.
+    unsafe fn input_block(&self, m: usize, b: usize) -> (*const i8, f32) {
+        let at = m * self.blocks() + b;
+        (self.x.add(at * GROUP), *self.x_scales.add(at))
+    }
+}
+
+/// The scale of a weight block (bf16, little-endian, its first two bytes).
+///
+/// # Safety
+/// `block` points to a block.
+#[inline(always)]
+unsafe fn block_scale(block: *const u8) -> f32 {
+    bf16_to_f32(u16::from_le_bytes([*block, *block.add(1)]))
 }
 
 /// `y[m][o] = sum_k x[m][k] * w[o][k]` with `w` in `format`'s layout (`out * k / 32` blocks),
 /// `x` f32 (`rows * k`), `y` f32 (`rows * out`), with the active variant on `threads` OpenMP
-/// threads.
+/// threads. The inputs are quantized per block of 32 to signed bytes with an f32 scale, each
+/// block's 32 products summed as integers (exact), and each output summed over the blocks in
+/// f32, in eight lanes (four products each) then across them, in the same order in every
+/// variant: the same bits whatever the variant, the rows or the threads.
 ///
 /// # Panics
 /// When the lengths disagree or `rows` exceeds [`MAX_ROWS`].
@@ -277,15 +325,17 @@ pub fn linear_with(
     let (rows, out) = (x.len() / k, w.len() / row_bytes);
     assert!(rows <= MAX_ROWS, "{rows} rows: more than {MAX_ROWS}");
     assert_eq!(y.len(), rows * out, "output length");
+    let inputs = quantize_inputs(x);
     let job = Job {
         format,
-        x: x.as_ptr(),
+        x: inputs.values.as_ptr(),
+        x_scales: inputs.scales.as_ptr(),
         w: w.as_ptr(),
         y: y.as_mut_ptr(),
         k,
         rows,
         out,
-        run: kernel(variant, format),
+        run: kernel(variant),
     };
     let parallel = threads > 1 && w.len() >= PARALLEL_MIN_BYTES;
     match super::cpu_gemv::openmp::runtime() {
@@ -308,67 +358,62 @@ extern "C" fn run_share(job: *mut libc::c_void) {
     unsafe { (job.run)(job, omp.share(job.out, OUTPUT_BLOCK)) };
 }
 
-/// Partial sums per output and input row: a block's 32 products go to four independent
-/// accumulators of eight lanes (as the AVX2 variant's registers), added up at the end.
-const PORTABLE_LANES: usize = 8;
+/// Lanes of the f32 sums: lane `j` of a block takes its products `4j..4j + 4`.
+const LANES: usize = 8;
 
-/// The portable kernel: plain Rust in the AVX2 variant's order.
+/// The portable kernel: plain Rust in the x86 kernel's order.
 ///
 /// # Safety
 /// As [`Kernel`]: the job's pointers cover its lengths and `outputs` is within `0..out`.
 unsafe fn portable_run(job: &Job, outputs: Range<usize>) {
-    const PARTS: usize = GROUP / PORTABLE_LANES;
     let bytes = job.format.block_bytes();
-    let mut weights = [0f32; GROUP];
+    let mut weights = [0i8; GROUP];
     for o in outputs {
-        let row = std::slice::from_raw_parts(job.weight_row(o), job.blocks() * bytes);
+        let row = job.weight_row(o);
         for m in 0..job.rows {
-            let x = std::slice::from_raw_parts(job.x.add(m * job.k), job.k);
-            let mut acc = [[0f32; PORTABLE_LANES]; PARTS];
-            for (b, block) in row.chunks_exact(bytes).enumerate() {
-                dequantize_into(job.format, block, &mut weights);
-                let inputs = &x[b * GROUP..][..GROUP];
-                for (p, lanes) in acc.iter_mut().enumerate() {
-                    for (l, sum) in lanes.iter_mut().enumerate() {
-                        let i = p * PORTABLE_LANES + l;
-                        *sum = weights[i].mul_add(inputs[i], *sum);
-                    }
+            let mut acc = [0f32; LANES];
+            for b in 0..job.blocks() {
+                let block = row.add(b * bytes);
+                block_values(job.format, block, &mut weights);
+                let (x, x_scale) = job.input_block(m, b);
+                let x = std::slice::from_raw_parts(x, GROUP);
+                let scale = block_scale(block) * x_scale;
+                for (lane, sum) in acc.iter_mut().enumerate() {
+                    let products: i32 = (4 * lane..4 * lane + 4)
+                        .map(|i| i32::from(weights[i]) * i32::from(x[i]))
+                        .sum();
+                    *sum = (products as f32).mul_add(scale, *sum);
                 }
             }
-            *job.y.add(m * job.out + o) = sum_parts(&acc);
+            *job.y.add(m * job.out + o) = sum_lanes(&acc);
         }
     }
 }
 
-/// One block's weights, as [`dequantize`] gives them.
-fn dequantize_into(format: QuantFormat, block: &[u8], weights: &mut [f32; GROUP]) {
-    let d = bf16_to_f32(u16::from_le_bytes([block[0], block[1]]));
-    let values = &block[2..];
+/// A weight block's 32 values as signed integers.
+///
+/// # Safety
+/// `block` points to a block of `format`.
+unsafe fn block_values(format: QuantFormat, block: *const u8, values: &mut [i8; GROUP]) {
+    let stored = std::slice::from_raw_parts(block.add(2), format.block_bytes() - 2);
     match format {
         QuantFormat::Q8 => {
-            for (w, &q) in weights.iter_mut().zip(values) {
-                *w = f32::from(q as i8) * d;
+            for (v, &q) in values.iter_mut().zip(stored) {
+                *v = q as i8;
             }
         }
         QuantFormat::Q4 => {
-            let (low, high) = weights.split_at_mut(GROUP / 2);
-            for ((lo, hi), &b) in low.iter_mut().zip(high).zip(values) {
-                *lo = (f32::from(b & 0x0F) - 8.0) * d;
-                *hi = (f32::from(b >> 4) - 8.0) * d;
+            let (low, high) = values.split_at_mut(GROUP / 2);
+            for ((lo, hi), &b) in low.iter_mut().zip(high).zip(stored) {
+                *lo = (b & 0x0F) as i8 - 8;
+                *hi = (b >> 4) as i8 - 8;
             }
         }
     }
 }
 
-/// The four accumulators added lane by lane (first + second, + third, + fourth), then the
-/// eight lanes as the AVX2 variant adds them: halves, quarters, the last pair.
-fn sum_parts(acc: &[[f32; PORTABLE_LANES]; GROUP / PORTABLE_LANES]) -> f32 {
-    let mut v = acc[0];
-    for part in &acc[1..] {
-        for (s, p) in v.iter_mut().zip(part) {
-            *s += p;
-        }
-    }
+/// The eight lanes added as the x86 kernel adds them: halves, quarters, the last pair.
+fn sum_lanes(v: &[f32; LANES]) -> f32 {
     let half: [f32; 4] = std::array::from_fn(|i| v[i] + v[i + 4]);
     let quarter = [half[0] + half[2], half[1] + half[3]];
     quarter[0] + quarter[1]

@@ -67,6 +67,19 @@ fn quantized_weights_are_within_half_a_step() {
 }
 
 #[test]
+fn inputs_are_within_half_a_step_of_their_bytes() {
+    let x = values(6 * GROUP, 8);
+    let inputs = quantize_inputs(&x);
+    for (i, (&v, &q)) in x.iter().zip(&inputs.values).enumerate() {
+        let scale = inputs.scales[i / GROUP];
+        assert!(
+            (v - f32::from(q) * scale).abs() <= scale / 2.0 * (1.0 + 1e-6),
+            "{v} as {q}"
+        );
+    }
+}
+
+#[test]
 fn names_parse_back() {
     for format in QuantFormat::ALL {
         assert_eq!(parse_quantize(format.name()), Ok(Some(format)));
@@ -94,6 +107,14 @@ fn products_match_the_dequantized_weights_in_f64() {
         let dequantized = dequantize(format, &blocks);
         let x = values(3 * k, 3);
         let y = product(Variant::active(), format, &x, &blocks, k);
+        // The inputs as the kernel reads them: bytes times their block's scale.
+        let inputs = quantize_inputs(&x);
+        let x: Vec<f32> = inputs
+            .values
+            .iter()
+            .enumerate()
+            .map(|(i, &q)| f32::from(q) * inputs.scales[i / GROUP])
+            .collect();
         for (m, row) in x.chunks_exact(k).enumerate() {
             for (o, weights) in dequantized.chunks_exact(k).enumerate() {
                 let exact: f64 = row
@@ -106,7 +127,8 @@ fn products_match_the_dequantized_weights_in_f64() {
                     .zip(weights)
                     .map(|(&a, &b)| f64::from(a * b).abs())
                     .sum();
-                // Products are exact in f64; each of the k sums rounds once in f32.
+                // Each block's products are exact (integers); each block's scale and its sum
+                // round once in f32, fewer than k times in all.
                 let bound = magnitude * k as f64 * f64::from(f32::EPSILON);
                 let got = f64::from(y[m * out + o]);
                 assert!(
