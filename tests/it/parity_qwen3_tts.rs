@@ -644,17 +644,23 @@ fn bf16_teacher_forced_agrees_with_the_official_codes() {
     }
 }
 
-/// The talker's and the code predictor's layers in q8 and q4 against the same official codes:
-/// q8 within a few points of bf16, q4 pinned at what it measured with a margin
-/// (docs/quantization.md has the figures).
+/// The talker's and the code predictor's layers in q8 and q4 against the same official codes,
+/// pinned at what they measured beside bf16, with a margin (docs/quantization.md has the
+/// figures).
 #[test]
 fn quantized_teacher_forced_stays_near_bf16() {
+    let mut failures = Vec::new();
     for preset in [Qwen3Preset::TinyBase, Qwen3Preset::TinyCustomVoice1b7] {
         let (bf16_tokens, bf16_codes) = teacher_forced_agreement(preset, DType::BF16, None);
-        for (format, margin) in [(QuantFormat::Q8, 0.1), (QuantFormat::Q4, 0.4)] {
+        for (format, margin) in [(QuantFormat::Q8, 0.2), (QuantFormat::Q4, 0.6)] {
             let (tokens, codes) = teacher_forced_agreement(preset, DType::BF16, Some(format));
-            assert!(tokens >= bf16_tokens - margin, "{format}: talker tokens {tokens} against bf16's {bf16_tokens}");
-            assert!(codes >= bf16_codes - margin, "{format}: predicted codes {codes} against bf16's {bf16_codes}");
+            if tokens < bf16_tokens - margin || codes < bf16_codes - margin {
+                failures.push(format!(
+                    "{} {format}: talker tokens {tokens:.3} (bf16 {bf16_tokens:.3}), predicted codes {codes:.3} (bf16 {bf16_codes:.3})",
+                    preset.name()
+                ));
+            }
         }
     }
+    assert!(failures.is_empty(), "{failures:#?}");
 }

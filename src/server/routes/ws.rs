@@ -27,6 +27,27 @@ pub const STALL_LIMIT: Duration = Duration::from_secs(10);
 /// How long the last messages (an error, the close) may take to go out.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
+/// How long a socket stays open after its close went out (see [`linger`]).
+const LINGER: Duration = Duration::from_secs(1);
+
+/// Keeps the socket open a moment after the close went out, reading what the client still
+/// sends, until it closes: dropping a socket with unread bytes (the rest of a message over the
+/// limit) resets the connection, and the client could lose the error and the close before
+/// reading them. After a read error the bytes stay unread until the moment is over.
+pub async fn linger<S>(incoming: &mut S)
+where
+    S: futures_util::Stream<Item = Result<Message, axum::Error>> + Unpin,
+{
+    use futures_util::StreamExt;
+    let deadline = tokio::time::Instant::now() + LINGER;
+    while let Ok(Some(message)) = tokio::time::timeout_at(deadline, incoming.next()).await {
+        if message.is_err() {
+            tokio::time::sleep_until(deadline).await;
+            return;
+        }
+    }
+}
+
 /// Whether a read failed because the client's message was over the route's
 /// `max_message_size` (the socket can still send the error and the close).
 pub fn too_large(error: &axum::Error) -> bool {

@@ -473,6 +473,7 @@ impl Connection {
             reason: reason.into(),
         };
         let _ = self.socket.send(Message::Close(Some(frame))).await;
+        super::ws::linger(&mut self.socket).await;
         Err(Closed)
     }
 }

@@ -209,7 +209,10 @@ async fn run<D: Dialect>(socket: WebSocket, app: AppState, mut dialect: D) {
     }
     let end = serve(&mut core, &mut dialect, &mut out, &mut incoming, &app).await;
     match end {
-        End::With(last) => out.finish(last).await,
+        End::With(last) => {
+            out.finish(last).await;
+            ws::linger(&mut incoming).await;
+        }
         End::Stalled => {
             tracing::warn!("speech session closed: the client is not reading");
             let e = ApiError::new(
