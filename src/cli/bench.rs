@@ -15,6 +15,7 @@ use crate::tensor::{linear_multiply_adds, timed_products, ROW_CLASSES};
 use crate::tensor::{DType, Tensor};
 use crate::testmodel::{cached_test_model, Preset};
 use anyhow::{Context, Result};
+use serde_json::json;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -55,6 +56,10 @@ pub struct BenchArgs {
     /// `--frames` steps of 80 ms).
     #[arg(long, default_value_t = 4.0)]
     pub(super) seconds: f64,
+    /// Also write the figures as JSON to this file (Voxtral TTS folders): what `bench`
+    /// prints, for tools and the docs' charts.
+    #[arg(long)]
+    pub(super) json: Option<PathBuf>,
 }
 
 /// A duration in milliseconds, as every bench line prints it.
@@ -67,7 +72,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
         Some(dir) => dir.clone(),
         None => cached_test_model(args.preset, 0)?,
     };
-    match detect_family(&dir)? {
+    let family = detect_family(&dir)?;
+    anyhow::ensure!(
+        args.json.is_none() || family == Family::VoxtralTts,
+        "bench --json writes the figures of Voxtral TTS folders; {} is another family",
+        dir.display()
+    );
+    match family {
         Family::VoxtralTts => {}
         Family::VoxtralRealtime => return super::bench_stt::run(&args, dir),
         Family::Qwen3Tts | Family::Xtts => return super::bench_engine::run(&args, dir),
@@ -204,6 +215,29 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
     );
     let format = stored_format(&dir).or(args.quantize);
     let (backbone_bytes, flow_bytes) = weight_bytes_per_frame(&model.config, args.dtype, format);
+    let mut report = json!({
+        "family": "voxtral-tts",
+        "model": dir.display().to_string(),
+        "backend": T::BACKEND,
+        "device": format!("{device:?}"),
+        "dtype": args.dtype.to_string(),
+        "weights": format.map_or(args.dtype.to_string(), |f| f.name().to_string()),
+        "kernel": T::is_cpu(device).then(|| Variant::active().name()),
+        "threads": threads,
+        "frames": frames,
+        "load_ms": ms(load),
+        "prefill_ms": prefill,
+        "prompt_tokens": prompt_len,
+        "ms_per_frame": {
+            "backbone": per(total.backbone),
+            "flow_head": per(total.flow_head),
+            "codec": per(total.codec),
+            "total": step,
+        },
+        "real_time_factor": step / frame_ms,
+        "weight_bytes_per_frame": {"backbone": backbone_bytes, "flow_head": flow_bytes},
+        "floors": {},
+    });
     // The weights live where the model runs: an accelerator's own memory, or the host's.
     let floors = match T::device_copy_bandwidth(device) {
         Some(copy) => {
@@ -225,6 +259,11 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
     };
     for (name, bandwidth) in floors {
         let floor = |bytes: f64| bytes / bandwidth * 1e3;
+        report["floors"][name] = json!({
+            "bandwidth_gb_per_s": bandwidth / 1e9,
+            "backbone_ms": floor(backbone_bytes),
+            "flow_head_ms": floor(flow_bytes),
+        });
         println!(
             "floor/{name} backbone {:.1} ms ({:.2} GB), flow head {:.1} ms ({:.2} GB): measured/floor {:.2}x and {:.2}x",
             floor(backbone_bytes),
@@ -235,7 +274,12 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
             per(total.flow_head) / floor(flow_bytes),
         );
     }
-    batch_steps(args, &model, &voice, peak, threads)
+    report["batch"] = batch_steps(args, &model, &voice, peak, threads)?.into();
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// Prints the CPU kernel in use and its f32 FMA peak on `threads` threads; the peak.
@@ -319,8 +363,9 @@ fn batch_steps<T: Tensor>(
     voice: &str,
     peak: Option<f64>,
     threads: usize,
-) -> Result<()> {
+) -> Result<Vec<serde_json::Value>> {
     let mut one_stream = None;
+    let mut results = Vec::new();
     for &streams in &args.batch {
         anyhow::ensure!(streams > 0, "--batch: sizes must be at least 1");
         let mut running = (0..streams)
@@ -392,6 +437,15 @@ fn batch_steps<T: Tensor>(
         let per_step = |d: Duration| ms(d) / steps as f64;
         let fps = frames as f64 / generated.as_secs_f64();
         let ratio = fps / *one_stream.get_or_insert(fps);
+        results.push(json!({
+            "streams": streams,
+            "steps": steps,
+            "frames": frames,
+            "ms_per_step": per_step(generated),
+            "backbone_ms_per_step": per_step(backbone),
+            "flow_head_ms_per_step": per_step(flow_head),
+            "frames_per_s": fps,
+        }));
         println!(
             "batch {streams:>3}  {:.1} ms/step (backbone {:.1}, flow head {:.1}), {frames} frames in {steps} steps: {fps:.2} frames/s, {ratio:.2}x batch {}{rate}",
             per_step(generated),
@@ -439,7 +493,7 @@ fn batch_steps<T: Tensor>(
             );
         }
     }
-    Ok(())
+    Ok(results)
 }
 
 /// Steps a `--batch` run takes before it starts timing.

@@ -231,6 +231,41 @@ fn bench_names_the_kernel_variant_and_measures_the_fma_peak() {
     }
 }
 
+/// `bench --json` writes what it prints: the figures per frame, the floors and each batch
+/// size's step, with the weights' format.
+#[test]
+fn bench_writes_its_figures_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bench.json");
+    let out = run_ok(cli().args([
+        "bench",
+        "--model",
+        &model(),
+        "--frames",
+        "2",
+        "--threads",
+        "1",
+        "--batch",
+        "1,2",
+        "--quantize",
+        "q8",
+        "--json",
+        path.to_str().unwrap(),
+    ]));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(report["family"], "voxtral-tts");
+    assert_eq!(report["weights"], "q8");
+    let total = report["ms_per_frame"]["total"].as_f64().unwrap();
+    let printed = format!("total      {total:.2} ms/frame");
+    assert!(out.contains(&printed), "{printed} not in:\n{out}");
+    assert!(report["floors"]["read"]["backbone_ms"].as_f64().unwrap() > 0.0);
+    let batch = report["batch"].as_array().unwrap();
+    assert_eq!(batch.len(), 2);
+    assert_eq!(batch[1]["streams"], 2);
+    assert!(batch[1]["frames_per_s"].as_f64().unwrap() > 0.0);
+}
+
 /// `make serve` without MODEL and without a reachable model hub stops at once (before setup or
 /// a build) with one line saying what to pass, and leaves nothing in the cache folder.
 #[test]

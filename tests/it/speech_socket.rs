@@ -418,10 +418,11 @@ fn bad_messages_get_error_events_and_oversized_ones_close_the_socket() {
         send(&mut ws, big).await;
         let error = event(&mut ws).await;
         assert_eq!(error["error"]["code"], 413, "{error}");
-        assert!(matches!(
-            next(&mut ws).await,
-            Got::Closed(Some(CloseCode::Size))
-        ));
+        let closed = next(&mut ws).await;
+        assert!(
+            matches!(closed, Got::Closed(Some(CloseCode::Size))),
+            "{closed:?}"
+        );
     });
     assert!(!server.logs().contains("panicked"), "{}", server.logs());
 }

@@ -27,25 +27,21 @@ pub const STALL_LIMIT: Duration = Duration::from_secs(10);
 /// How long the last messages (an error, the close) may take to go out.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
-/// How long a socket stays open after its close went out (see [`linger`]).
+/// How long a socket stays open after refusing a message over the limit (see [`linger`]).
 const LINGER: Duration = Duration::from_secs(1);
 
-/// Keeps the socket open a moment after the close went out, reading what the client still
-/// sends, until it closes: dropping a socket with unread bytes (the rest of a message over the
-/// limit) resets the connection, and the client could lose the error and the close before
-/// reading them. After a read error the bytes stay unread until the moment is over.
+/// Keeps the socket open a moment after the close that refused a message over the limit went
+/// out: dropping it with the rest of that message unread resets the connection, and the
+/// client could lose the error and the close before reading them. What it still reads is
+/// dropped; whether the stream ends or fails first, the socket stays open until then.
 pub async fn linger<S>(incoming: &mut S)
 where
     S: futures_util::Stream<Item = Result<Message, axum::Error>> + Unpin,
 {
     use futures_util::StreamExt;
     let deadline = tokio::time::Instant::now() + LINGER;
-    while let Ok(Some(message)) = tokio::time::timeout_at(deadline, incoming.next()).await {
-        if message.is_err() {
-            tokio::time::sleep_until(deadline).await;
-            return;
-        }
-    }
+    while let Ok(Some(Ok(_))) = tokio::time::timeout_at(deadline, incoming.next()).await {}
+    tokio::time::sleep_until(deadline).await;
 }
 
 /// Whether a read failed because the client's message was over the route's

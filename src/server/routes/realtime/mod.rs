@@ -473,7 +473,9 @@ impl Connection {
             reason: reason.into(),
         };
         let _ = self.socket.send(Message::Close(Some(frame))).await;
-        super::ws::linger(&mut self.socket).await;
+        if close_code == super::ws::MESSAGE_TOO_BIG {
+            super::ws::linger(&mut self.socket).await;
+        }
         Err(Closed)
     }
 }

@@ -152,6 +152,8 @@ pub enum Command {
 /// How a session ends: the last messages, or the client stopped reading.
 enum End {
     With(Vec<Message>),
+    /// A message over the size limit: `With`, and the socket lingers (`ws::linger`).
+    Oversized(Vec<Message>),
     Stalled,
 }
 
@@ -209,7 +211,8 @@ async fn run<D: Dialect>(socket: WebSocket, app: AppState, mut dialect: D) {
     }
     let end = serve(&mut core, &mut dialect, &mut out, &mut incoming, &app).await;
     match end {
-        End::With(last) => {
+        End::With(last) => out.finish(last).await,
+        End::Oversized(last) => {
             out.finish(last).await;
             ws::linger(&mut incoming).await;
         }
@@ -279,7 +282,7 @@ async fn serve<D: Dialect>(
                         Some("message_too_large"),
                         format!("A message is at most {MAX_MESSAGE_BYTES} bytes."),
                     );
-                    return End::With(vec![dialect.error(&e), ws::close(ws::MESSAGE_TOO_BIG, &e.message)]);
+                    return End::Oversized(vec![dialect.error(&e), ws::close(ws::MESSAGE_TOO_BIG, &e.message)]);
                 }
                 Some(Err(_)) => return End::With(Vec::new()),
             },
