@@ -534,7 +534,7 @@ fn weight_bytes_per_frame(cfg: &Config, dtype: DType, quantize: Option<QuantForm
         DType::BF16 => 2.0,
         DType::F32 => 4.0,
     };
-    // The layers' linear weights are what `--quantize` stores in blocks.
+    // The backbone's linear weights are what `--quantize` stores in blocks.
     let size = quantize.map_or(dense, |f| f.block_bytes() as f64 / GROUP as f64);
     let layer = |dim: usize, heads: usize, kv: usize, hd: usize, hidden: usize| {
         (2 * dim * heads * hd + 2 * dim * kv * hd + 3 * dim * hidden + 2 * dim) as f64
@@ -546,8 +546,9 @@ fn weight_bytes_per_frame(cfg: &Config, dtype: DType, quantize: Option<QuantForm
     let per_step = f.n_layers as f64
         * layer(f.dim, f.n_heads, f.n_kv_heads, f.head_dim, f.hidden_dim)
         + (2 * f.dim * cfg.audio_model().n_acoustic_codebook) as f64;
-    let flow = cfg.euler_steps as f64 * per_step * size
-        + (f.dim * f.input_dim) as f64 * size
+    // The flow head stays in the compute dtype.
+    let flow = cfg.euler_steps as f64 * per_step * dense
+        + (f.dim * f.input_dim) as f64 * dense
         + (cfg.semantic_head_rows * f.dim) as f64 * dense;
     (backbone, flow)
 }
