@@ -8,11 +8,12 @@
 use super::voxtral_realtime::transcriber::Transcriber;
 use super::{detect_family, load_tts, Family};
 use crate::engine::{EngineOptions, TextToSpeech, WithEngine};
+use crate::nn::checkpoint::raw_to_f32;
 use crate::nn::quantized_keys::{self, Quantized};
 use crate::nn::safetensors_writer::{write_safetensors, TensorSpec};
 use crate::tensor::quantized::{quantize, QuantFormat, GROUP};
 use crate::tensor::tch_backend::TchTensor;
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{DType, RawTensor, Tensor};
 use anyhow::{bail, ensure, Context, Result};
 use safetensors::{Dtype, SafeTensors};
 use std::collections::{HashMap, HashSet};
@@ -256,22 +257,16 @@ fn weight_shape(stored: &[usize], weight: &Quantized) -> Result<[usize; 2]> {
 
 /// A weight's values `[out, k]` in f32, as the loader saw them before quantizing.
 fn values(view: &safetensors::tensor::TensorView<'_>, weight: &Quantized) -> Result<Vec<f32>> {
-    let data = view.data();
-    let stored: Vec<f32> = match view.dtype() {
-        Dtype::F32 => data
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-        Dtype::BF16 => data
-            .chunks_exact(2)
-            .map(|b| f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16))
-            .collect(),
-        Dtype::F16 => data
-            .chunks_exact(2)
-            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        other => bail!("{}: dtype {other:?}, expected F32, BF16 or F16", weight.key),
+    let dtype = match view.dtype() {
+        Dtype::F32 => DType::F32,
+        Dtype::BF16 => DType::BF16,
+        other => bail!("{}: dtype {other:?}, expected F32 or BF16", weight.key),
     };
+    let stored = raw_to_f32(&RawTensor {
+        dtype,
+        shape: view.shape().to_vec(),
+        data: view.data(),
+    });
     if !weight.transposed {
         return Ok(stored);
     }

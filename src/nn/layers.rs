@@ -120,17 +120,20 @@ impl<'a, T: Tensor> Loader<'a, T> {
                 return Ok(weight);
             }
         }
-        if let Some(format) = self.quantize.filter(|_| shape.len() == 2) {
-            // From the stored values, as `voxtral-tts quantize` does: the same blocks.
-            let stored = self.tensor_as_stored(key, shape)?;
-            if let Some(quantized) = stored.quantize_weight(format) {
-                quantized_keys::record(&self.key(key), format, false);
-                return Ok(quantized);
+        let t = match self.quantize.filter(|_| shape.len() == 2) {
+            Some(format) => {
+                // From the stored values, as `voxtral-tts quantize` does: the same blocks.
+                let stored = self.tensor_as_stored(key, shape)?;
+                if let Some(quantized) = stored.quantize_weight(format) {
+                    quantized_keys::record(&self.key(key), format, false);
+                    return Ok(quantized);
+                }
+                stored.to_dtype(self.dtype)
             }
-        }
-        let t = self
-            .ckpt
-            .load::<T>(self.device, &self.key(key), shape, self.dtype)?;
+            None => self
+                .ckpt
+                .load::<T>(self.device, &self.key(key), shape, self.dtype)?,
+        };
         Ok(match self.pack.filter(|_| shape.len() == 2) {
             Some(products) => T::pack_for_few_rows(&[&t], products).unwrap_or(t),
             None => t,

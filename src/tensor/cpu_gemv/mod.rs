@@ -20,7 +20,7 @@ pub mod packed;
 mod peak;
 mod portable;
 #[cfg(target_arch = "x86_64")]
-mod x86;
+pub(crate) mod x86;
 
 pub use peak::{peak_f32_flops, sampled_f32_flops};
 

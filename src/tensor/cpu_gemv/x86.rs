@@ -30,7 +30,7 @@ macro_rules! dot_with_features {
 
 /// Adds up 8 lanes: halves, then quarters, then the last pair.
 #[inline(always)]
-unsafe fn sum256(v: __m256) -> f32 {
+pub(crate) unsafe fn sum256(v: __m256) -> f32 {
     let half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let quarter = _mm_add_ps(half, _mm_movehl_ps(half, half));
     _mm_cvtss_f32(_mm_add_ss(quarter, _mm_movehdup_ps(quarter)))

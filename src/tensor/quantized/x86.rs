@@ -5,17 +5,10 @@
 //! kernel does. Four outputs by two input rows per tile: eight independent sums.
 
 use super::{block_scale, Job, GROUP, OUTPUT_BLOCK, ROW_BLOCK};
+use crate::tensor::cpu_gemv::x86::sum256;
 use crate::tensor::quantized::QuantFormat;
 use std::arch::x86_64::*;
 use std::ops::Range;
-
-/// Adds up 8 lanes: halves, then quarters, then the last pair.
-#[inline(always)]
-unsafe fn sum256(v: __m256) -> f32 {
-    let half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    let quarter = _mm_add_ps(half, _mm_movehl_ps(half, half));
-    _mm_cvtss_f32(_mm_add_ss(quarter, _mm_movehdup_ps(quarter)))
-}
 
 /// A block's 32 weights as signed bytes, from its stored values.
 #[inline(always)]
