@@ -157,9 +157,11 @@ fn voxtral_agreement(
     )
 }
 
-/// Against the bf16 run on the same checkpoint (the goldens' tiny ones): q8 keeps at least
-/// 95% of the semantic codes and of the acoustic levels within one; q4 is pinned at what it
-/// measured, with a margin (docs/quantization.md has the figures).
+/// Against the f32 run on the same checkpoint (the goldens' tiny ones), with f32 activations:
+/// q8 keeps at least 95% of the semantic codes and of the acoustic levels within one; q4 is
+/// pinned at what it measured, with a margin (docs/quantization.md has the figures). In f32
+/// the figures are the same on every CPU (the quantized products give the same bits on every
+/// kernel variant); against a bf16 run they move with the CPU's bf16 arithmetic.
 #[test]
 fn quantized_voxtral_predictions_stay_near_bf16_teacher_forced() {
     let _guard = tch::no_grad_guard();
@@ -171,7 +173,7 @@ fn quantized_voxtral_predictions_stay_near_bf16_teacher_forced() {
                 quantize,
                 ..EngineOptions::default()
             };
-            Voxtral::<TchTensor>::load_for(&dir, &CPU, DType::BF16, &options).unwrap()
+            Voxtral::<TchTensor>::load_for(&dir, &CPU, DType::F32, &options).unwrap()
         };
         let reference = load(None)
             .start(&case.request(case.codes().len()))
@@ -185,7 +187,7 @@ fn quantized_voxtral_predictions_stay_near_bf16_teacher_forced() {
         {
             let (semantic, acoustic) = voxtral_agreement(&load(Some(format)), &case, &reference);
             eprintln!(
-                "{name} {format} against bf16, teacher-forced: semantic {:.1}%, acoustic within one {:.1}% ({} frames)",
+                "{name} {format} against f32, teacher-forced: semantic {:.1}%, acoustic within one {:.1}% ({} frames)",
                 100.0 * semantic,
                 100.0 * acoustic,
                 reference.len()
