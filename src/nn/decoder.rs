@@ -6,6 +6,7 @@
 //! adds per-head query and key norms (Qwen3-TTS's talker and code predictor).
 
 use super::kv_pool::{KvPool, KvSlot};
+use super::layer_probe;
 use super::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
 use super::mask::sliding_window_mask;
 use super::LoadError;
@@ -224,6 +225,7 @@ impl<T: Tensor> Decoder<T> {
             pool.values[i].write_rows(rows, &a.split_heads(&v, a.n_kv_heads));
             let out = T::pool_attention(&q, &pool.keys[i], &pool.values[i], rows, a.scale());
             h = self.feed_forward(i, &a.merge_heads_add(&out, &h));
+            layer_probe::record(i, &h);
         }
         self.norm.forward(&h)
     }
@@ -264,6 +266,7 @@ impl<T: Tensor> Decoder<T> {
             let (keys, values) = (seen(&pool.keys[i]), seen(&pool.values[i]));
             let out = T::attention(&q, &keys, &values, mask.as_ref(), mask.is_none(), a.scale());
             h = self.feed_forward(i, &a.merge_heads_add(&out, &h));
+            layer_probe::record(i, &h);
         }
         let out = self.norm.forward(&h);
         if len > tokens {

@@ -7,6 +7,7 @@ pub mod config_json;
 pub mod decoder;
 mod error;
 pub mod kv_pool;
+pub mod layer_probe;
 pub mod layers;
 pub mod mask;
 pub mod pth;

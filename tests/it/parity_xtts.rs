@@ -19,7 +19,9 @@ use voxtral_tts::models::xtts::gpt::{GenerationParams, Gpt};
 use voxtral_tts::models::xtts::gpt_config::GptConfig;
 use voxtral_tts::models::xtts::reference_audio::load_audio;
 use voxtral_tts::models::xtts::tokenizer::XttsTokenizer;
+use voxtral_tts::nn::layer_probe::{self, LayerOutput};
 use voxtral_tts::nn::layers::Loader;
+use voxtral_tts::tensor::quantized::QuantFormat;
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::{DType, Tensor};
 use voxtral_tts::testmodel::{make_xtts_test_model, write_xtts_gpt_checkpoint, XttsPreset};
@@ -100,6 +102,11 @@ struct Model {
 
 /// The folder opened as the server opens it (no pickle), its GPT side loaded.
 fn load_model(dir: &Path) -> Model {
+    load_model_quantized(dir, None)
+}
+
+/// [`load_model`], the GPT's blocks in `quantize`.
+fn load_model_quantized(dir: &Path, quantize: Option<QuantFormat>) -> Model {
     let folder = XttsFolder::open(dir).unwrap();
     let tokenizer = XttsTokenizer::from_file(&folder.vocab).unwrap();
     let config = GptConfig::from_json(&folder.config, "config.json", &tokenizer).unwrap();
@@ -108,7 +115,7 @@ fn load_model(dir: &Path) -> Model {
     let (dim, heads) = (config.args.gpt_n_model_channels, config.args.gpt_n_heads);
     Model {
         conditioner: Conditioner::load(&l, dim, heads).unwrap(),
-        gpt: Gpt::load(&l, config, None).unwrap(),
+        gpt: Gpt::load(&l, config, quantize).unwrap(),
         _folder: folder,
     }
 }
@@ -263,3 +270,69 @@ fn sampled_codes_replay_the_recorded_uniforms() {
     let model = load_model(&model_dir(&goldens, tmp.path()));
     check_case(&goldens, &model, "sampled");
 }
+
+/// The GPT fed the goldens' greedy codes (teacher forcing), from the goldens' 30/4
+/// conditioning latents: the codes it picks on the way and every block's output.
+fn teacher_forced_codes(goldens: &Goldens, model: &Model) -> (Vec<u32>, Vec<LayerOutput>) {
+    let (shape, cond) = goldens.tensor("clone_30_4.gpt_cond_latent");
+    let cond = TchTensor::from_f32(&tch::Device::Cpu, &cond, &shape, DType::F32);
+    let params = GenerationParams {
+        sampling: Sampling::GREEDY,
+        repetition_penalty: goldens.json["settings"]["repetition_penalty"]
+            .as_f64()
+            .unwrap() as f32,
+        max_codes: None,
+    };
+    let text = goldens.ids(&goldens.json["text_ids"]);
+    let reference = goldens.ids(&goldens.json["cases"]["greedy"]["codes"]);
+    layer_probe::recording(|| {
+        let mut sequence = model
+            .gpt
+            .start(&cond, &text, &params, Uniforms::recorded(Vec::new()))
+            .unwrap();
+        reference
+            .iter()
+            .map_while(|&code| model.gpt.step_teacher_forced(&mut sequence, code).unwrap())
+            .collect()
+    })
+}
+
+/// The GPT's blocks in q8 and q4 against the f32 run, teacher-forced on the goldens' greedy
+/// codes: q8 keeps at least 95% of the codes; q4 is pinned at what it measured, with a
+/// margin; every block's output stays within the pinned relative error (docs/quantization.md
+/// has the figures).
+#[test]
+fn quantized_gpt_stays_near_f32_teacher_forced() {
+    let _guard = tch::no_grad_guard();
+    let goldens = Goldens::load();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = model_dir(&goldens, tmp.path());
+    let reference = goldens.ids(&goldens.json["cases"]["greedy"]["codes"]);
+    let (codes, reference_layers) = teacher_forced_codes(&goldens, &load_model(&dir));
+    assert_eq!(codes, reference, "f32 picks the goldens' codes");
+    for (format, min_agreement, max_drift) in [
+        (QuantFormat::Q8, 0.95, XTTS_Q8_DRIFT),
+        (QuantFormat::Q4, 0.8, XTTS_Q4_DRIFT),
+    ] {
+        let model = load_model_quantized(&dir, Some(format));
+        let (codes, layers) = teacher_forced_codes(&goldens, &model);
+        assert_eq!(codes.len(), reference.len());
+        let same = codes.iter().zip(&reference).filter(|(a, b)| a == b).count();
+        let agreement = same as f64 / reference.len() as f64;
+        let drift = crate::quantization::layer_drift(&reference_layers, &layers);
+        eprintln!(
+            "XTTS-v2 GPT {format} against f32, teacher-forced: codes {same}/{} ({:.1}%); block outputs' relative error median {:.4}, max {:.4}",
+            reference.len(),
+            100.0 * agreement,
+            drift.median,
+            drift.max
+        );
+        assert!(agreement >= min_agreement, "{format}: codes {agreement:.3}");
+        assert!(drift.max <= max_drift, "{format}: {drift:?}");
+    }
+}
+
+/// The largest relative error of a block's output pinned per format (measured, with a
+/// margin).
+const XTTS_Q8_DRIFT: f64 = 0.02;
+const XTTS_Q4_DRIFT: f64 = 0.16;

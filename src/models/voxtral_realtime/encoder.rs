@@ -5,6 +5,7 @@
 
 use super::conv_stem::ConvStem;
 use super::params::Config;
+use crate::nn::layer_probe;
 use crate::nn::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
 use crate::nn::mask::sliding_window_mask;
 use crate::nn::LoadError;
@@ -154,9 +155,11 @@ impl<T: Tensor> Encoder<T> {
             (0, len),
             self.window,
         );
-        let x = self.layers.iter().fold(frames.clone(), |x, layer| {
-            layer.forward(&x, &self.rope, 0, &mask, None).0
-        });
+        let mut x = frames.clone();
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = layer.forward(&x, &self.rope, 0, &mask, None).0;
+            layer_probe::record(i, &x);
+        }
         self.norm.forward(&x)
     }
 
@@ -182,9 +185,10 @@ impl<T: Tensor> Encoder<T> {
         // A later frame's window reaches back `window - 1` frames.
         let keep = self.window.map_or(usize::MAX, |w| w - 1);
         let mut x = frames.clone();
-        for (layer, held) in self.layers.iter().zip(&mut cache.layers) {
+        for (i, (layer, held)) in self.layers.iter().zip(&mut cache.layers).enumerate() {
             let (out, kv) = layer.forward(&x, &self.rope, cache.position, &mask, held.as_ref());
             *held = Some(kv.last(keep));
+            layer_probe::record(i, &out);
             x = out;
         }
         cache.position += len;

@@ -11,6 +11,7 @@
 
 use super::gpt_config::GptConfig;
 use super::layers::{gelu_tanh, LayerNorm, Projection};
+use crate::nn::layer_probe;
 use crate::nn::layers::{Linear, Loader};
 use crate::nn::sampling::{penalize, pick, SampleError, Sampling, Uniforms};
 use crate::nn::LoadError;
@@ -254,13 +255,11 @@ impl<T: Tensor> Gpt<T> {
     /// GPT-2 over `x` `[1, n, dim]` after what `cache` holds; `ln_f` of the hidden states.
     fn forward(&self, x: &T, cache: &mut GptCache<T>) -> T {
         let heads = self.config.args.gpt_n_heads;
-        let h = self
-            .blocks
-            .iter()
-            .zip(cache.layers.iter_mut())
-            .fold(x.clone(), |h, (block, layer)| {
-                block.forward(&h, layer, heads)
-            });
+        let mut h = x.clone();
+        for (i, (block, layer)) in self.blocks.iter().zip(cache.layers.iter_mut()).enumerate() {
+            h = block.forward(&h, layer, heads);
+            layer_probe::record(i, &h);
+        }
         self.ln_f.forward(&h)
     }
 
@@ -337,6 +336,31 @@ impl<T: Tensor> Gpt<T> {
     /// each row's code picked with its own penalty set and draws, then one GPT pass over the
     /// new codes of the rows that go on. Done sequences are skipped.
     pub fn step(&self, batch: &mut [&mut GptSequence<T>]) -> Result<(), GenerateError> {
+        self.step_choosing(batch, |picked| picked)
+    }
+
+    /// A step of one sequence fed `reference` instead of the code it picks (teacher forcing,
+    /// to measure how far a weight format's predictions drift without compounding). Returns
+    /// the code it picked, or `None` if it was done.
+    pub fn step_teacher_forced(
+        &self,
+        sequence: &mut GptSequence<T>,
+        reference: u32,
+    ) -> Result<Option<u32>, GenerateError> {
+        let mut picked = None;
+        self.step_choosing(&mut [sequence], |code| {
+            picked = Some(code);
+            reference
+        })?;
+        Ok(picked)
+    }
+
+    /// [`Self::step`], each picked code passed through `feed` for the code that goes on.
+    fn step_choosing(
+        &self,
+        batch: &mut [&mut GptSequence<T>],
+        mut feed: impl FnMut(u32) -> u32,
+    ) -> Result<(), GenerateError> {
         let mut running: Vec<&mut GptSequence<T>> = batch
             .iter_mut()
             .filter(|s| !s.done)
@@ -354,7 +378,7 @@ impl<T: Tensor> Gpt<T> {
         for (r, s) in running.iter_mut().enumerate() {
             let mut row = scores[r * vocab..(r + 1) * vocab].to_vec();
             penalize(&mut row, &s.seen, s.params.repetition_penalty);
-            let code = pick(&mut row, &s.params.sampling, &mut s.uniforms)?;
+            let code = feed(pick(&mut row, &s.params.sampling, &mut s.uniforms)?);
             s.codes.push(code);
             s.seen.push(code);
             s.latents
@@ -385,6 +409,7 @@ impl<T: Tensor> Gpt<T> {
             let mut caches: Vec<&mut Option<(T, T)>> =
                 running.iter_mut().map(|s| &mut s.cache.layers[l]).collect();
             h = block.decode_rows(&h, &mut caches, heads);
+            layer_probe::record(l, &h);
         }
         let h = self.ln_f.forward(&h);
         for (r, s) in running.iter_mut().enumerate() {
