@@ -9,6 +9,7 @@ mod error;
 pub mod kv_pool;
 pub mod layers;
 pub mod mask;
+pub mod mistral_params;
 pub mod pth;
 pub mod quantized_keys;
 pub mod safetensors_writer;
