@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The CPU kernel's tests on aarch64 under qemu: the kernel module (src/tensor/cpu_gemv) alone,
-# in a scratch crate, cross-compiled and run with qemu-user. There the portable variant is the
-# one in use and the x86 variants report themselves skipped. Installs the aarch64 Rust target,
-# Debian's cross gcc and qemu-user when missing (idempotent).
+# The CPU kernel's tests on aarch64 under qemu: the kernel module (src/tensor/kernels/cpu_gemv)
+# alone, in a scratch crate, cross-compiled and run with qemu-user. There the portable variant
+# is the one in use and the x86 variants report themselves skipped. Installs the aarch64 Rust
+# target, Debian's cross gcc and qemu-user when missing (idempotent).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TARGET=aarch64-unknown-linux-gnu
@@ -24,7 +24,7 @@ half = "2.4"
 libc = "0.2"
 tracing = "0.1"
 TOML
-printf '#[path = "%s/src/tensor/cpu_gemv/mod.rs"]\npub mod cpu_gemv;\n' "$ROOT" > "$CRATE/src/lib.rs"
+printf '#[path = "%s/src/tensor/kernels/cpu_gemv/mod.rs"]\npub mod cpu_gemv;\n' "$ROOT" > "$CRATE/src/lib.rs"
 # The kernel splits work over a loaded OpenMP runtime (libtorch's in the server): link libgomp.
 echo 'fn main() { println!("cargo:rustc-link-arg=-Wl,--no-as-needed,-lgomp,--as-needed"); }' > "$CRATE/build.rs"
 cat > "$CRATE/.cargo/config.toml" <<TOML

@@ -1,7 +1,8 @@
-//! What the models' log-mel front ends share (Voxtral Realtime's and Qwen3-TTS's speaker
-//! encoder's): the periodic Hann window, reflect padding, the Slaney mel scale, and the frame
-//! loop through a real FFT and a filterbank. Each front end keeps its own filterbank and the
-//! per-bin and log rules of its reference.
+//! What the models' log-mel front ends share (Voxtral Realtime's, Qwen3-TTS's speaker
+//! encoder's and XTTS-v2's conditioning encoder's): the periodic Hann window, reflect padding,
+//! the Slaney mel scale, the Slaney-normalised filterbank, and the frame loop through a real FFT
+//! and a filterbank. Each front end keeps its band edges and the per-bin and log rules of its
+//! reference.
 
 use realfft::{RealFftPlanner, RealToComplex};
 use std::sync::Arc;
@@ -131,4 +132,50 @@ pub fn mel_to_hz(mel: f64) -> f64 {
     } else {
         200.0 * mel / 3.0
     }
+}
+
+/// `numpy.linspace(start, stop, n)`: `start + i · step`, the last value `stop` itself.
+fn linspace(start: f64, stop: f64, n: usize) -> Vec<f64> {
+    let step = (stop - start) / (n - 1) as f64;
+    (0..n)
+        .map(|i| {
+            if i + 1 == n {
+                stop
+            } else {
+                start + i as f64 * step
+            }
+        })
+        .collect()
+}
+
+/// Triangular filters between consecutive `edges` (Hz), each scaled to unit area (Slaney
+/// normalisation, `2 / (upper edge − lower edge)`), over `bins` FFT bins from 0 Hz to
+/// `sample_rate / 2` (`numpy.linspace`, as mistral-common and torchaudio space them; librosa's
+/// `rfftfreq` gives the same values at the rates here): `[bins][edges.len() - 2]`, computed in
+/// f64 and rounded once.
+pub fn slaney_filterbank(bins: usize, sample_rate: u32, edges: &[f64]) -> Vec<f32> {
+    let mels = edges.len() - 2;
+    let bin_hz = linspace(0.0, (sample_rate / 2) as f64, bins);
+    let mut filters = vec![0f32; bins * mels];
+    for (k, &f) in bin_hz.iter().enumerate() {
+        for (m, edge) in edges.windows(3).enumerate() {
+            let (lower, centre, upper) = (edge[0], edge[1], edge[2]);
+            let rising = (f - lower) / (centre - lower);
+            let falling = (upper - f) / (upper - centre);
+            let area = 2.0 / (upper - lower);
+            filters[k * mels + m] = (0f64.max(rising.min(falling)) * area) as f32;
+        }
+    }
+    filters
+}
+
+/// librosa's `filters.mel(sr, n_fft, n_mels, fmin=0, fmax)` and mistral-common's
+/// `mel_filter_bank` (Slaney scale and normalisation): `mels` bands whose edges are equally
+/// spaced on the Slaney mel scale from 0 Hz to `f_max`, `[bins][mels]`.
+pub fn slaney_mel_filters(bins: usize, mels: usize, sample_rate: u32, f_max: f64) -> Vec<f32> {
+    let edges: Vec<f64> = linspace(hz_to_mel(0.0), hz_to_mel(f_max), mels + 2)
+        .into_iter()
+        .map(mel_to_hz)
+        .collect();
+    slaney_filterbank(bins, sample_rate, &edges)
 }

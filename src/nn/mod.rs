@@ -10,6 +10,7 @@ pub mod kv_pool;
 pub mod layer_probe;
 pub mod layers;
 pub mod mask;
+pub mod mistral_params;
 pub mod pth;
 pub mod quantized_keys;
 pub mod safetensors_writer;

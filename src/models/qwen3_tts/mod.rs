@@ -7,6 +7,7 @@
 
 pub mod catalog;
 mod code_predictor;
+mod codec_transformer;
 pub mod config;
 pub mod engine;
 pub mod model;

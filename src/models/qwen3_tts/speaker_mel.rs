@@ -7,7 +7,7 @@
 //! The FFT and the filterbank sums run in f64 and are rounded once, so that this side adds no
 //! rounding of its own to the reference's f32 arithmetic.
 
-use crate::audio::mel::{hz_to_mel, mel_to_hz, reflect_pad, MelBank};
+use crate::audio::mel::{reflect_pad, slaney_mel_filters, MelBank};
 
 /// The clip rate the speaker encoder reads.
 pub const SPEAKER_SAMPLE_RATE: u32 = 24_000;
@@ -46,7 +46,7 @@ impl Default for SpeakerMelFrontEnd {
 
 impl SpeakerMelFrontEnd {
     pub fn new() -> Self {
-        let filters = librosa_slaney_filters(N_FFT / 2 + 1, MEL_BINS, SPEAKER_SAMPLE_RATE, F_MAX);
+        let filters = slaney_mel_filters(N_FFT / 2 + 1, MEL_BINS, SPEAKER_SAMPLE_RATE, F_MAX);
         SpeakerMelFrontEnd {
             bank: MelBank::new(N_FFT, HOP, MEL_BINS, filters),
         }
@@ -71,38 +71,6 @@ impl SpeakerMelFrontEnd {
             .frames(&padded, frames, magnitude, |mel| mel.max(1e-5).ln());
         Ok(SpeakerMel { frames, data })
     }
-}
-
-/// `librosa.filters.mel(sr, n_fft, n_mels, fmin=0, fmax)` (Slaney scale and area
-/// normalisation), computed in f64 and rounded to f32: `[bins][mels]`.
-fn librosa_slaney_filters(bins: usize, mels: usize, sample_rate: u32, f_max: f64) -> Vec<f32> {
-    let (min_mel, max_mel) = (hz_to_mel(0.0), hz_to_mel(f_max));
-    // np.linspace(min, max, mels + 2)
-    let step = (max_mel - min_mel) / (mels + 1) as f64;
-    let mel_hz: Vec<f64> = (0..mels + 2)
-        .map(|i| {
-            let mel = if i == mels + 1 {
-                max_mel
-            } else {
-                min_mel + i as f64 * step
-            };
-            mel_to_hz(mel)
-        })
-        .collect();
-    // np.fft.rfftfreq(n_fft, 1 / sr)
-    let n_fft = 2 * (bins - 1);
-    let bin_hz = |k: usize| k as f64 * (sample_rate as f64 / n_fft as f64);
-    let mut filters = vec![0f32; bins * mels];
-    for k in 0..bins {
-        let f = bin_hz(k);
-        for m in 0..mels {
-            let lower = (f - mel_hz[m]) / (mel_hz[m + 1] - mel_hz[m]);
-            let upper = (mel_hz[m + 2] - f) / (mel_hz[m + 2] - mel_hz[m + 1]);
-            let enorm = 2.0 / (mel_hz[m + 2] - mel_hz[m]);
-            filters[k * mels + m] = (0f64.max(lower.min(upper)) * enorm) as f32;
-        }
-    }
-    filters
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //! tools/goldens/voxtral_realtime; `case.json` records it for the golden signal).
 
 use super::params::MelSettings;
-use crate::audio::mel::{hz_to_mel, mel_to_hz, reflect_pad, MelBank};
+use crate::audio::mel::{reflect_pad, slaney_mel_filters, MelBank};
 
 /// Mel frames, frame-major: `data[t * num_mel_bins + m]` (the `[time, channels]` layout the
 /// conv stem reads).
@@ -41,12 +41,15 @@ pub struct MelFrontEnd {
     bank: MelBank,
 }
 
+/// The top of mistral-common's filterbank (`mel_filter_bank(bins, mels, 0 Hz, 8000 Hz, rate)`).
+const F_MAX: f64 = 8000.0;
+
 impl MelFrontEnd {
     pub fn new(settings: &MelSettings) -> Self {
         let n_fft = settings.n_fft;
         let bins = n_fft / 2 + 1;
         let mels = settings.num_mel_bins;
-        let filters = slaney_mel_filters(bins, mels, settings.sample_rate);
+        let filters = slaney_mel_filters(bins, mels, settings.sample_rate, F_MAX);
         MelFrontEnd {
             bank: MelBank::new(n_fft, settings.hop_length, mels, filters),
             settings: settings.clone(),
@@ -112,45 +115,6 @@ fn normalize(mel: &mut [f32], ceiling: f32) {
     }
 }
 
-/// mistral-common's `mel_filter_bank(bins, mels, 0 Hz, 8000 Hz, rate)` with Slaney area
-/// normalisation, computed in f64 and rounded to f32: `[bins][mels]`.
-fn slaney_mel_filters(bins: usize, mels: usize, sample_rate: u32) -> Vec<f32> {
-    let (min_mel, max_mel) = (hz_to_mel(0.0), hz_to_mel(8000.0));
-    // np.linspace(min, max, mels + 2)
-    let step = (max_mel - min_mel) / (mels + 1) as f64;
-    let filter_hz: Vec<f64> = (0..mels + 2)
-        .map(|i| {
-            let mel = if i == mels + 1 {
-                max_mel
-            } else {
-                min_mel + i as f64 * step
-            };
-            mel_to_hz(mel)
-        })
-        .collect();
-    // np.linspace(0, rate // 2, bins)
-    let nyquist = (sample_rate / 2) as f64;
-    let fft_hz: Vec<f64> = (0..bins)
-        .map(|k| {
-            if k + 1 == bins {
-                nyquist
-            } else {
-                k as f64 * (nyquist / (bins - 1) as f64)
-            }
-        })
-        .collect();
-    let mut filters = vec![0f32; bins * mels];
-    for (k, &f) in fft_hz.iter().enumerate() {
-        for m in 0..mels {
-            let down = -(filter_hz[m] - f) / (filter_hz[m + 1] - filter_hz[m]);
-            let up = (filter_hz[m + 2] - f) / (filter_hz[m + 2] - filter_hz[m + 1]);
-            let enorm = 2.0 / (filter_hz[m + 2] - filter_hz[m]);
-            filters[k * mels + m] = (0f64.max(down.min(up)) * enorm) as f32;
-        }
-    }
-    filters
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,7 +148,7 @@ mod tests {
         let peak = (0..128)
             .max_by(|&a, &b| mel.at(t, a).total_cmp(&mel.at(t, b)))
             .unwrap();
-        let filters = slaney_mel_filters(201, 128, 16000);
+        let filters = slaney_mel_filters(201, 128, 16000, F_MAX);
         assert!(filters[25 * 128 + peak] > 0.0, "peak in mel {peak}");
     }
 
@@ -201,7 +165,7 @@ mod tests {
 
     #[test]
     fn filterbank_matches_mistral_common_shape() {
-        let filters = slaney_mel_filters(201, 128, 16000);
+        let filters = slaney_mel_filters(201, 128, 16000, F_MAX);
         // mistral-common: band 49 reads bin 30 alone with weight 0.02352005, band 50 bins 30-31.
         let band =
             |m: usize| -> Vec<usize> { (0..201).filter(|&k| filters[k * 128 + m] > 0.0).collect() };

@@ -5,39 +5,14 @@
 //! that none of them is hard-coded.
 
 use crate::nn::decoder::DecoderDims;
+use crate::nn::mistral_params::{self, parse, positive, Attention};
 use crate::nn::LoadError;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-/// The text decoder (top level of params.json).
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct ModelArgs {
-    pub dim: usize,
-    pub n_layers: usize,
-    pub head_dim: usize,
-    pub hidden_dim: usize,
-    pub n_heads: usize,
-    pub n_kv_heads: usize,
-    #[serde(default)]
-    pub use_biases: bool,
-    #[serde(default = "defaults::yes")]
-    pub causal: bool,
-    pub rope_theta: f64,
-    pub norm_eps: f64,
-    pub vocab_size: usize,
-    #[serde(default)]
-    pub tied_embeddings: bool,
-    /// Attention window in positions, self included; `None` attends to every earlier one.
-    #[serde(default)]
-    pub sliding_window: Option<usize>,
-    #[serde(default)]
-    pub model_max_length: Option<usize>,
-    #[serde(default)]
-    pub ada_rms_norm_t_cond: bool,
-    #[serde(default)]
-    pub ada_rms_norm_t_cond_dim: Option<usize>,
-    pub multimodal: MultimodalArgs,
-}
+/// params.json: the text decoder ([`mistral_params`]), then the audio encoder under
+/// `multimodal`.
+pub type ModelArgs = mistral_params::ModelArgs<MultimodalArgs>;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct MultimodalArgs {
@@ -126,9 +101,6 @@ pub struct AudioSpectrogramConfig {
 }
 
 mod defaults {
-    pub fn yes() -> bool {
-        true
-    }
     pub fn rope() -> String {
         "rope".into()
     }
@@ -276,13 +248,7 @@ impl Config {
         tekken_file: &str,
     ) -> Result<Self, LoadError> {
         let bad = |key: &str, msg: String| LoadError::invalid(params_file, key, msg);
-        check_attention(&args_attention(&args), params_file, "")?;
-        if args.use_biases {
-            return Err(bad(
-                "use_biases",
-                "a biased text decoder is not supported".into(),
-            ));
-        }
+        args.check_decoder(params_file)?;
         if !args.causal {
             return Err(bad("causal", "the text decoder must be causal".into()));
         }
@@ -309,7 +275,7 @@ impl Config {
         let w = &args.multimodal.whisper_model_args;
         let e = &w.encoder_args;
         let ep = "multimodal.whisper_model_args.encoder_args";
-        check_attention(&encoder_attention(e), params_file, &format!("{ep}."))?;
+        encoder_attention(e).check(params_file, &format!("{ep}."))?;
         if !e.causal {
             return Err(bad(
                 &format!("{ep}.causal"),
@@ -398,57 +364,7 @@ impl Config {
 
     /// The text decoder's sizes; `max_positions` is a KV slot's length.
     pub fn decoder_dims(&self, max_positions: usize) -> DecoderDims {
-        let a = &self.args;
-        DecoderDims {
-            dim: a.dim,
-            n_layers: a.n_layers,
-            n_heads: a.n_heads,
-            n_kv_heads: a.n_kv_heads,
-            head_dim: a.head_dim,
-            hidden_dim: a.hidden_dim,
-            norm_eps: a.norm_eps,
-            rope_theta: a.rope_theta,
-            max_positions,
-        }
-    }
-}
-
-fn parse<T: serde::de::DeserializeOwned>(text: &str, file: &str) -> Result<T, LoadError> {
-    let de = &mut serde_json::Deserializer::from_str(text);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        // Syntax errors have no path ("?"); errors about the whole document the root (".").
-        let path = e.path().to_string();
-        let key = if path == "." || path == "?" {
-            "(json)".to_string()
-        } else {
-            path
-        };
-        LoadError::invalid(file, key, e.inner().to_string())
-    })
-}
-
-/// The sizes every attention stack needs, wherever they sit in the file.
-struct Attention {
-    dim: usize,
-    n_layers: usize,
-    head_dim: usize,
-    hidden_dim: usize,
-    n_heads: usize,
-    n_kv_heads: usize,
-    norm_eps: f64,
-    rope_theta: f64,
-}
-
-fn args_attention(a: &ModelArgs) -> Attention {
-    Attention {
-        dim: a.dim,
-        n_layers: a.n_layers,
-        head_dim: a.head_dim,
-        hidden_dim: a.hidden_dim,
-        n_heads: a.n_heads,
-        n_kv_heads: a.n_kv_heads,
-        norm_eps: a.norm_eps,
-        rope_theta: a.rope_theta,
+        self.args.decoder_dims(max_positions)
     }
 }
 
@@ -463,35 +379,6 @@ fn encoder_attention(e: &EncoderArgs) -> Attention {
         norm_eps: e.norm_eps,
         rope_theta: e.rope_theta,
     }
-}
-
-fn check_attention(a: &Attention, file: &str, prefix: &str) -> Result<(), LoadError> {
-    let bad = |key: &str, msg: &str| Err(LoadError::invalid(file, format!("{prefix}{key}"), msg));
-    for (key, value) in [
-        ("dim", a.dim),
-        ("n_layers", a.n_layers),
-        ("head_dim", a.head_dim),
-        ("hidden_dim", a.hidden_dim),
-        ("n_heads", a.n_heads),
-        ("n_kv_heads", a.n_kv_heads),
-    ] {
-        if value == 0 {
-            return bad(key, "must be > 0");
-        }
-    }
-    if !a.head_dim.is_multiple_of(2) {
-        return bad("head_dim", "must be even for rotary embeddings");
-    }
-    if !a.n_heads.is_multiple_of(a.n_kv_heads) {
-        return bad("n_kv_heads", "must divide n_heads");
-    }
-    if !positive(a.norm_eps) {
-        return bad("norm_eps", "must be > 0");
-    }
-    if !positive(a.rope_theta) {
-        return bad("rope_theta", "must be > 0");
-    }
-    Ok(())
 }
 
 fn mel_settings(a: &AudioEncodingArgs, file: &str, prefix: &str) -> Result<MelSettings, LoadError> {
@@ -542,10 +429,6 @@ fn mel_settings(a: &AudioEncodingArgs, file: &str, prefix: &str) -> Result<MelSe
         num_mel_bins: a.num_mel_bins,
         global_log_mel_max: a.global_log_mel_max,
     })
-}
-
-fn positive(x: f64) -> bool {
-    x.is_finite() && x > 0.0
 }
 
 /// `ms` milliseconds at `rate` as a whole number of samples, or `None`.

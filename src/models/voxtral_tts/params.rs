@@ -1,33 +1,16 @@
-//! `params.json`: Mistral-format model arguments. Structs mirror the JSON; absent fields take
-//! the reference's defaults. `Config::from_file` validates and derives what the model needs.
+//! `params.json`: Mistral-format model arguments ([`mistral_params`]), with Voxtral-4B-TTS's
+//! `multimodal` section. Structs mirror the JSON; absent fields take the reference's defaults.
+//! `Config::from_file` validates and derives what the model needs.
 
 use crate::nn::decoder::DecoderDims;
+use crate::nn::mistral_params;
 use crate::nn::LoadError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct ModelArgs {
-    pub dim: usize,
-    pub n_layers: usize,
-    pub head_dim: usize,
-    pub hidden_dim: usize,
-    pub n_heads: usize,
-    pub n_kv_heads: usize,
-    #[serde(default = "defaults::rope_theta")]
-    pub rope_theta: f64,
-    #[serde(default = "defaults::norm_eps")]
-    pub norm_eps: f64,
-    pub vocab_size: usize,
-    #[serde(default)]
-    pub tied_embeddings: bool,
-    #[serde(default)]
-    pub use_biases: bool,
-    #[serde(default)]
-    pub max_seq_len: Option<usize>,
-    pub multimodal: MultimodalArgs,
-}
+/// The whole file: the text decoder (the backbone), then the audio sections.
+pub type ModelArgs = mistral_params::ModelArgs<MultimodalArgs>;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct MultimodalArgs {
@@ -163,9 +146,6 @@ pub struct AudioTokenizerArgs {
 }
 
 mod defaults {
-    pub fn rope_theta() -> f64 {
-        10_000.0
-    }
     pub fn norm_eps() -> f64 {
         1e-5
     }
@@ -310,18 +290,7 @@ fn parse_int_list(s: &str, file: &str, key: &str) -> Result<Vec<usize>, LoadErro
 impl Config {
     /// The backbone's sizes.
     pub fn decoder_dims(&self) -> DecoderDims {
-        let a = &self.args;
-        DecoderDims {
-            dim: a.dim,
-            n_layers: a.n_layers,
-            n_heads: a.n_heads,
-            n_kv_heads: a.n_kv_heads,
-            head_dim: a.head_dim,
-            hidden_dim: a.hidden_dim,
-            norm_eps: a.norm_eps,
-            rope_theta: a.rope_theta,
-            max_positions: self.max_positions,
-        }
+        self.args.decoder_dims(self.max_positions)
     }
 
     pub fn from_file(path: &Path) -> Result<Self, LoadError> {
@@ -330,9 +299,7 @@ impl Config {
     }
 
     pub fn from_json(text: &str, file: &str) -> Result<Self, LoadError> {
-        let args: ModelArgs = serde_json::from_str(text)
-            .map_err(|e| LoadError::invalid(file, "(json)", e.to_string()))?;
-        Self::from_args(args, file)
+        Self::from_args(mistral_params::parse(text, file)?, file)
     }
 
     pub fn from_args(args: ModelArgs, file: &str) -> Result<Self, LoadError> {
@@ -344,24 +311,7 @@ impl Config {
                 Ok(())
             }
         };
-        positive("dim", args.dim)?;
-        positive("n_layers", args.n_layers)?;
-        positive("head_dim", args.head_dim)?;
-        positive("n_heads", args.n_heads)?;
-        positive("n_kv_heads", args.n_kv_heads)?;
-        positive("vocab_size", args.vocab_size)?;
-        if !args.head_dim.is_multiple_of(2) {
-            return Err(bad("head_dim", "must be even for rotary embeddings".into()));
-        }
-        if !args.n_heads.is_multiple_of(args.n_kv_heads) {
-            return Err(bad("n_kv_heads", "must divide n_heads".into()));
-        }
-        if args.use_biases {
-            return Err(bad(
-                "use_biases",
-                "biased checkpoints are not supported".into(),
-            ));
-        }
+        args.check_decoder(file)?;
         let am = &args.multimodal.audio_model_args;
         let at = &am.acoustic_transformer_args;
         let ct = &args.multimodal.audio_tokenizer_args;

@@ -5,7 +5,7 @@
 //! padding, power 2, 80 HTK-scale bands over 0–8 kHz with Slaney area normalisation; then
 //! `log(clamp(mel, 1e-5))` divided band by band by the checkpoint's `mel_stats`.
 
-use crate::audio::mel::{periodic_hann, reflect_pad, MelBank};
+use crate::audio::mel::{periodic_hann, reflect_pad, slaney_filterbank, MelBank};
 
 pub const SAMPLE_RATE: u32 = 22_050;
 pub const MELS: usize = 80;
@@ -66,28 +66,13 @@ fn mel_to_hz_htk(mel: f64) -> f64 {
 }
 
 /// torchaudio's `melscale_fbanks(1025, 0, 8000, 80, 22050, norm="slaney", mel_scale="htk")`
-/// as `[bin][band]`: triangles between HTK-spaced edges over the bins' frequencies
-/// `linspace(0, 11025, 1025)`, each scaled by `2 / (upper edge - lower edge)`. Computed in f64
-/// and rounded once.
+/// as `[bin][band]`: the Slaney-normalised triangles between HTK-spaced edges.
 fn slaney_htk_filters() -> Vec<f32> {
-    let bins = N_FFT / 2 + 1;
-    let nyquist = f64::from(SAMPLE_RATE / 2);
     let top = hz_to_mel_htk(F_MAX);
     let edges: Vec<f64> = (0..MELS + 2)
         .map(|i| mel_to_hz_htk(top * i as f64 / (MELS + 1) as f64))
         .collect();
-    let mut filters = vec![0f32; bins * MELS];
-    for bin in 0..bins {
-        let f = nyquist * bin as f64 / (bins - 1) as f64;
-        for band in 0..MELS {
-            let (lo, mid, hi) = (edges[band], edges[band + 1], edges[band + 2]);
-            let down = (f - lo) / (mid - lo);
-            let up = (hi - f) / (hi - mid);
-            let triangle = down.min(up).max(0.0);
-            filters[bin * MELS + band] = (triangle * 2.0 / (hi - lo)) as f32;
-        }
-    }
-    filters
+    slaney_filterbank(N_FFT / 2 + 1, SAMPLE_RATE, &edges)
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ pub const MAX_QUERIES: usize = 8;
 
 /// Keys up to which this loop is faster than libtorch's kernel whatever its build: the flow
 /// head's three. Beyond, one thread here is slower than libtorch's AVX-512 kernel and faster
-/// than its AVX2 one (`tch_backend::cpu_attention`).
+/// than its AVX2 one (`kernels::cpu::attention`).
 pub const FEW_KEYS: usize = 8;
 
 /// Keys per block, as libtorch's flash kernel splits them from 512 keys on.
