@@ -169,14 +169,18 @@ impl<T: Tensor> Decoder<T> {
     /// Runs `x` `[rows, len, dim]`, row `r` at the positions after those `slots[r]` holds in
     /// `pool`, appending to each slot. Either one token per sequence (a decode step, batched:
     /// the projections and feed-forward read each weight once for all rows, and each layer
-    /// runs one attention over every row's slot) or one sequence of any length (a prefill,
-    /// whole or in chunks: a chunk after the first attends to the slot and causally within
-    /// itself).
+    /// runs one attention over every row's slot) or a prefill of any length, whole or in
+    /// chunks (a chunk after the first attends to the slot and causally within itself), of
+    /// one sequence or of several at the same position (the projections batched, the
+    /// attention row by row, so each row has the bits it has alone).
     pub fn forward(&self, x: &T, pool: &mut KvPool<T>, slots: &mut [&mut KvSlot]) -> T {
         let shape = x.shape();
         let (rows, len) = (shape[0], shape[1]);
         assert_eq!(rows, slots.len(), "one slot per row");
-        assert!(rows == 1 || len == 1, "batched rows take one token each");
+        assert!(
+            len == 1 || slots.iter().all(|s| s.len == slots[0].len),
+            "rows prefilled together start at the same position"
+        );
         for s in slots.iter() {
             assert!(
                 s.len + len <= pool.positions(),
@@ -188,7 +192,7 @@ impl<T: Tensor> Decoder<T> {
         let out = if len == 1 {
             self.step(x, pool, slots)
         } else {
-            self.prefill(x, pool, slots[0])
+            self.prefill(x, pool, slots)
         };
         for s in slots.iter_mut() {
             s.len += len;
@@ -230,9 +234,10 @@ impl<T: Tensor> Decoder<T> {
         self.norm.forward(&h)
     }
 
-    /// A prompt, or its next chunk, for one sequence.
-    fn prefill(&self, x: &T, pool: &mut KvPool<T>, slot: &KvSlot) -> T {
-        let (start, tokens) = (slot.len, x.shape()[1]);
+    /// A prompt, or its next chunk, for each row's sequence, every slot at the same position.
+    fn prefill(&self, x: &T, pool: &mut KvPool<T>, slots: &[&mut KvSlot]) -> T {
+        let shape = x.shape();
+        let (rows, tokens, start) = (shape[0], shape[1], slots[0].len);
         // Padding goes after the chunk's tokens: causal attention keeps it out of them, and
         // its keys and values land past the slot's length, where the next chunk or step
         // writes before any query may read.
@@ -242,14 +247,13 @@ impl<T: Tensor> Decoder<T> {
                 .min(pool.positions() - start)
         });
         let x = if len > tokens {
-            let shape = x.shape();
-            let padding = T::zeros(&self.device, &[1, len - tokens, shape[2]], x.dtype());
+            let padding = T::zeros(&self.device, &[rows, len - tokens, shape[2]], x.dtype());
             T::cat(&[x, &padding], 1)
         } else {
             x.clone()
         };
         // After the first chunk, or where the window cuts into the chunk, a mask (the same in
-        // every layer). A prompt from 0 within the window is plainly causal.
+        // every layer and row). A prompt from 0 within the window is plainly causal.
         let windowed = self.window.is_some_and(|w| start + len > w);
         let mask = (start > 0 || windowed).then(|| self.chunk_mask(start, len, x.dtype()));
         let mut h = x.clone();
@@ -259,12 +263,31 @@ impl<T: Tensor> Decoder<T> {
             let (q, k) = self.heads(layer, &q, &k);
             let q = q.rope_interleaved(&self.rope, start);
             let k = k.rope_interleaved(&self.rope, start);
-            let at = [slot.index, 0, start, 0];
-            pool.keys[i].write_at(&at, &k);
-            pool.values[i].write_at(&at, &a.split_heads(&v, a.n_kv_heads));
-            let seen = |p: &T| p.narrow(0, slot.index, 1).narrow(2, 0, start + len);
-            let (keys, values) = (seen(&pool.keys[i]), seen(&pool.values[i]));
-            let out = T::attention(&q, &keys, &values, mask.as_ref(), mask.is_none(), a.scale());
+            let v = a.split_heads(&v, a.n_kv_heads);
+            let row = |t: &T, r: usize| {
+                if rows == 1 {
+                    t.clone()
+                } else {
+                    t.narrow(0, r, 1)
+                }
+            };
+            let outs: Vec<T> = slots
+                .iter()
+                .enumerate()
+                .map(|(r, slot)| {
+                    let at = [slot.index, 0, start, 0];
+                    pool.keys[i].write_at(&at, &row(&k, r));
+                    pool.values[i].write_at(&at, &row(&v, r));
+                    let seen = |p: &T| p.narrow(0, slot.index, 1).narrow(2, 0, start + len);
+                    let (keys, values) = (seen(&pool.keys[i]), seen(&pool.values[i]));
+                    let q = row(&q, r);
+                    T::attention(&q, &keys, &values, mask.as_ref(), mask.is_none(), a.scale())
+                })
+                .collect();
+            let out = match outs.as_slice() {
+                [one] => one.clone(),
+                _ => T::cat(&outs.iter().collect::<Vec<_>>(), 0),
+            };
             h = self.feed_forward(i, &a.merge_heads_add(&out, &h));
             layer_probe::record(i, &h);
         }
@@ -654,6 +677,51 @@ mod tests {
                 let alone = run(&[s]);
                 for (step, (batched, alone)) in together.iter().zip(&alone).enumerate() {
                     assert_eq!(batched[s], alone[0], "{dtype}: sequence {s}, step {step}");
+                }
+            }
+        }
+    }
+
+    /// Sequences prefilled together, chunk by chunk at the same positions, then stepped: each
+    /// row's outputs have the bits they have when its sequence runs alone, in f32 and bf16.
+    #[test]
+    fn a_batched_prefill_equals_each_row_alone() {
+        let _guard = tch::no_grad_guard();
+        let dir = tempfile::tempdir().unwrap();
+        let ckpt = checkpoint(dir.path(), "");
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(6);
+        let values: Vec<f32> = (0..3 * 8 * DIMS.dim)
+            .map(|_| rng.random::<f32>() - 0.5)
+            .collect();
+        for dtype in [DType::F32, DType::BF16] {
+            let l = Loader::<TchTensor>::new(&ckpt, &tch::Device::Cpu, dtype);
+            let decoder = Decoder::load(&l, "", &DIMS).unwrap();
+            let x = TchTensor::from_f32(&tch::Device::Cpu, &values, &[3, 8, DIMS.dim], dtype);
+            // Chunks of 4 and 3 positions, then a step, for sequences `which` together; each
+            // pass's outputs, row by row.
+            let run = |which: &[usize]| {
+                let mut pool = decoder.new_pool(dtype, 3, 8);
+                let mut slots: Vec<KvSlot> =
+                    which.iter().map(|_| pool.acquire().unwrap()).collect();
+                let parts: Vec<TchTensor> = which.iter().map(|&s| x.narrow(0, s, 1)).collect();
+                let input = TchTensor::cat(&parts.iter().collect::<Vec<_>>(), 0);
+                [(0, 4), (4, 3), (7, 1)]
+                    .iter()
+                    .map(|&(start, len)| {
+                        let mut refs: Vec<&mut KvSlot> = slots.iter_mut().collect();
+                        let out =
+                            decoder.forward(&input.narrow(1, start, len), &mut pool, &mut refs);
+                        (0..which.len())
+                            .map(|r| out.narrow(0, r, 1).to_vec_f32())
+                            .collect::<Vec<_>>()
+                    })
+                    .collect::<Vec<_>>()
+            };
+            let together = run(&[0, 1, 2]);
+            for s in 0..3 {
+                let alone = run(&[s]);
+                for (pass, (batched, alone)) in together.iter().zip(&alone).enumerate() {
+                    assert_eq!(batched[s], alone[0], "{dtype}: sequence {s}, pass {pass}");
                 }
             }
         }

@@ -13,6 +13,7 @@ use voxtral_tts::engine::{
     SpeechSession, StopReason, TextToSpeech,
 };
 use voxtral_tts::models::qwen3_tts::Qwen3Engine;
+use voxtral_tts::tensor::quantized::QuantFormat;
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::DType;
 use voxtral_tts::testmodel::{
@@ -28,12 +29,22 @@ fn engine(preset: Qwen3Preset, sessions: usize) -> Qwen3Engine<TchTensor> {
 }
 
 fn load_engine(dir: &Path, sessions: usize) -> Qwen3Engine<TchTensor> {
+    load_engine_in(dir, sessions, DType::F32, None)
+}
+
+fn load_engine_in(
+    dir: &Path,
+    sessions: usize,
+    dtype: DType,
+    quantize: Option<QuantFormat>,
+) -> Qwen3Engine<TchTensor> {
     let options = EngineOptions {
         max_sessions: sessions,
         kv_cache_bytes: 64 << 20,
+        quantize,
         ..EngineOptions::default()
     };
-    Qwen3Engine::load(dir, &tch::Device::Cpu, DType::F32, &options).unwrap()
+    Qwen3Engine::load(dir, &tch::Device::Cpu, dtype, &options).unwrap()
 }
 
 fn prepare(
@@ -66,13 +77,32 @@ fn english() -> Conditioning {
     }
 }
 
+/// Sessions stepped together (the talker's steps and the code predictor's passes batched)
+/// each get the frames they get alone, greedy and sampled, in f32, bf16 and with q4 layers,
+/// with the code predictor's input projection (1.7B) and without (0.6B).
 #[test]
 fn batched_sessions_equal_each_alone() {
-    let engine = engine(Qwen3Preset::TinyCustomVoice1b7, 3);
+    for preset in [
+        Qwen3Preset::TinyCustomVoice1b7,
+        Qwen3Preset::TinyCustomVoice,
+    ] {
+        for (dtype, quantize) in [
+            (DType::F32, None),
+            (DType::BF16, None),
+            (DType::BF16, Some(QuantFormat::Q4)),
+        ] {
+            let engine = load_engine_in(&model(preset), 3, dtype, quantize);
+            let what = format!("{} {dtype} {quantize:?}", preset.name());
+            batched_sessions_equal_each_alone_on(&engine, &what);
+        }
+    }
+}
+
+fn batched_sessions_equal_each_alone_on(engine: &Qwen3Engine<TchTensor>, what: &str) {
     let requests = [
-        prepare(&engine, "Hello there.", "ryan", english(), Some(0.0)),
+        prepare(engine, "Hello there.", "ryan", english(), Some(0.0)),
         prepare(
-            &engine,
+            engine,
             "A longer sentence, spoken by somebody else.",
             "vivian",
             Conditioning {
@@ -83,7 +113,7 @@ fn batched_sessions_equal_each_alone() {
         ),
         // Sampled: the same seed replays the same draws, batched or not.
         prepare(
-            &engine,
+            engine,
             "Sampled at the model's own settings.",
             "sohee",
             english(),
@@ -94,7 +124,7 @@ fn batched_sessions_equal_each_alone() {
         .iter()
         .map(|r| {
             let mut session = engine.start_session(r, 0).unwrap();
-            run_to_end(&engine, &mut session);
+            run_to_end(engine, &mut session);
             session.codes().to_vec()
         })
         .collect();
@@ -108,8 +138,8 @@ fn batched_sessions_equal_each_alone() {
         engine.step(&mut batch).unwrap();
     }
     for (i, (session, want)) in together.iter().zip(&alone).enumerate() {
-        assert!(!want.is_empty(), "request {i} made no frames");
-        assert_eq!(session.codes(), &want[..], "request {i}");
+        assert!(!want.is_empty(), "{what}: request {i} made no frames");
+        assert_eq!(session.codes(), &want[..], "{what}: request {i}");
         assert_eq!(session.codes()[0].len(), 16);
     }
     drop(together);

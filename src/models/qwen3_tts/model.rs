@@ -89,7 +89,7 @@ impl<T: Tensor> Qwen3Tts<T> {
             options.quantize,
             &t.code_predictor_config,
             t.hidden_size,
-            dtype,
+            (dtype, options.max_sessions),
         )?;
         let speaker_encoder = match config.tts_model_type {
             TtsModelType::Base => Some(SpeakerEncoder::load(
@@ -259,8 +259,9 @@ impl<T: Tensor> Qwen3Tts<T> {
         Ok(session)
     }
 
-    /// One frame for every session of `sessions` that has not stopped: its codebooks 1..15,
-    /// then one talker step for all of them together, which picks each one's next token.
+    /// One frame for every session of `sessions` that has not stopped: the code predictor's
+    /// codebooks 1..15, then one talker step, each for all of them together; the step picks
+    /// each one's next token.
     pub fn step(&self, sessions: &mut [&mut Session<'_, T>]) -> Result<(), GenerateError> {
         let mut active: Vec<&mut Session<'_, T>> = sessions
             .iter_mut()
@@ -270,10 +271,7 @@ impl<T: Tensor> Qwen3Tts<T> {
         if active.is_empty() {
             return Ok(());
         }
-        let frames = active
-            .iter_mut()
-            .map(|s| self.predict_frame(s))
-            .collect::<Result<Vec<_>, _>>()?;
+        let frames = self.predict_frames(&mut active)?;
         self.advance(&mut active, frames)
     }
 
@@ -291,18 +289,25 @@ impl<T: Tensor> Qwen3Tts<T> {
             .tokens
             .last_mut()
             .expect("a started session has a token") = reference[0];
-        let predicted = self.predict_frame(session)?;
+        let mut predicted = self.predict_frames(&mut [&mut *session])?;
         self.advance(&mut [session], vec![reference.to_vec()])?;
-        Ok(predicted)
+        Ok(predicted.pop().expect("a frame per session"))
     }
 
-    /// The session's next frame: its last token `c0`, then codebooks 1..15 from the code
-    /// predictor.
-    fn predict_frame(&self, s: &mut Session<'_, T>) -> Result<Vec<u32>, GenerateError> {
-        let hidden = self.config.talker_config.hidden_size;
-        let c0 = *s.tokens.last().expect("a started session has a token");
-        let c0_embedding = self.talker.codec(&[c0]).reshape(&[1, 1, hidden]);
-        let (params, uniforms) = (&s.params, &mut s.uniforms);
+    /// Each session's next frame: its last token `c0`, then codebooks 1..15 from the code
+    /// predictor, run for all of them together; each samples its codes with its own
+    /// parameters and draws.
+    fn predict_frames(
+        &self,
+        sessions: &mut [&mut Session<'_, T>],
+    ) -> Result<Vec<Vec<u32>>, GenerateError> {
+        let (n, hidden) = (sessions.len(), self.config.talker_config.hidden_size);
+        let c0: Vec<u32> = sessions
+            .iter()
+            .map(|s| *s.tokens.last().expect("a started session has a token"))
+            .collect();
+        let c0_embedding = self.talker.codec(&c0).reshape(&[n, 1, hidden]);
+        let past_hidden = T::cat(&sessions.iter().map(|s| &s.hidden).collect::<Vec<_>>(), 0);
         let penalty = self
             .config
             .talker_config
@@ -310,13 +315,16 @@ impl<T: Tensor> Qwen3Tts<T> {
             .repetition_penalty as f32;
         let codes = self
             .predictor
-            .predict(&s.hidden, &c0_embedding, |logits, before| {
+            .predict(&past_hidden, &c0_embedding, |r, logits, before| {
+                let s = &mut *sessions[r];
                 sampling::penalize(logits, before, penalty);
-                sampling::pick(logits, &params.predictor, uniforms)
+                sampling::pick(logits, &s.params.predictor, &mut s.uniforms)
             })?;
-        let mut frame = vec![c0];
-        frame.extend(codes);
-        Ok(frame)
+        Ok(c0
+            .into_iter()
+            .zip(codes)
+            .map(|(c0, codes)| [vec![c0], codes].concat())
+            .collect())
     }
 
     /// Feeds each session its frame (plus its next trailing text) in one talker step for
