@@ -271,14 +271,14 @@ impl<T: Tensor> Qwen3Tts<T> {
         if active.is_empty() {
             return Ok(());
         }
-        let frames = self.predict_frames(&mut active)?;
+        let frames = self.predict_frames(&mut active, |_, _, picked| picked)?;
         self.advance(&mut active, frames)
     }
 
     /// A step fed the reference's frame instead of the session's own (teacher forcing, to
     /// measure how far a dtype's predictions drift from the reference's without compounding):
-    /// codebooks 1..15 are predicted after the reference's token `c0`, and the talker reads
-    /// `reference`. Returns the predicted frame; the talker's next token is the session's
+    /// each of codebooks 1..15 is predicted after the reference's token `c0` and codes before
+    /// it, and the talker reads `reference`. Returns the predicted frame; the talker's next token is the session's
     /// last token. Runs whether or not the session has stopped.
     pub fn step_teacher_forced(
         &self,
@@ -289,17 +289,22 @@ impl<T: Tensor> Qwen3Tts<T> {
             .tokens
             .last_mut()
             .expect("a started session has a token") = reference[0];
-        let mut predicted = self.predict_frames(&mut [&mut *session])?;
+        let mut predicted = vec![reference[0]];
+        self.predict_frames(&mut [&mut *session], |_, codebook, picked| {
+            predicted.push(picked);
+            reference[codebook]
+        })?;
         self.advance(&mut [session], vec![reference.to_vec()])?;
-        Ok(predicted.pop().expect("a frame per session"))
+        Ok(predicted)
     }
 
     /// Each session's next frame: its last token `c0`, then codebooks 1..15 from the code
     /// predictor, run for all of them together; each samples its codes with its own
-    /// parameters and draws.
+    /// parameters and draws. `feed(row, codebook, picked)` gives the code that goes on.
     fn predict_frames(
         &self,
         sessions: &mut [&mut Session<'_, T>],
+        mut feed: impl FnMut(usize, usize, u32) -> u32,
     ) -> Result<Vec<Vec<u32>>, GenerateError> {
         let (n, hidden) = (sessions.len(), self.config.talker_config.hidden_size);
         let c0: Vec<u32> = sessions
@@ -318,7 +323,8 @@ impl<T: Tensor> Qwen3Tts<T> {
             .predict(&past_hidden, &c0_embedding, |r, logits, before| {
                 let s = &mut *sessions[r];
                 sampling::penalize(logits, before, penalty);
-                sampling::pick(logits, &s.params.predictor, &mut s.uniforms)
+                let picked = sampling::pick(logits, &s.params.predictor, &mut s.uniforms)?;
+                Ok(feed(r, before.len() + 1, picked))
             })?;
         Ok(c0
             .into_iter()
