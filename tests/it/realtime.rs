@@ -5,9 +5,11 @@
 use crate::common;
 
 use common::*;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{SinkExt, Stream, StreamExt};
 use serde_json::{json, Value};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -54,10 +56,14 @@ fn load(positions: usize) -> Transcriber<TchTensor> {
 /// whether its first text is decoded from a position whose audio is all in before the right
 /// pad (so a live session sends it before the commit).
 fn offline_text(audio24k: &[f32]) -> (String, bool) {
+    offline_text_16k(&resample(audio24k, 24_000, 16_000).unwrap())
+}
+
+/// [`offline_text`] of audio at the model's 16 kHz.
+fn offline_text_16k(audio: &[f32]) -> (String, bool) {
     let _guard = tch::no_grad_guard();
-    let audio = resample(audio24k, 24_000, 16_000).unwrap();
     let model = load(1000);
-    let transcript = model.transcribe(&audio).unwrap();
+    let transcript = model.transcribe(audio).unwrap();
     let tokens = &transcript.tokens;
     let first_text = (1..=tokens.len()).find(|&n| !model.tokenizer.decode(&tokens[..n]).is_empty());
     let s = &model.config.streaming;
@@ -674,8 +680,9 @@ fn server_vad_commits_each_burst_and_ignores_silence() {
     });
 }
 
-/// Each bad event gets an `error` event in OpenAI's shape, naming what is wrong, and the
-/// session goes on.
+/// Each bad event (bad JSON, an unknown type, bad values, a binary frame) gets an `error` event
+/// in OpenAI's shape, naming what is wrong, and the session goes on; a message over the size
+/// limit gets an error event and close code 1009.
 #[test]
 fn bad_events_get_error_events_and_the_session_goes_on() {
     let server = start(&[]);
@@ -760,7 +767,20 @@ fn bad_events_get_error_events_and_the_session_goes_on() {
         let updated = next_event(&mut ws).await.unwrap();
         assert_eq!(updated["type"], "session.updated");
         assert!(updated["session"]["audio"]["input"]["turn_detection"].is_null());
+
+        // Over the 16 MiB limit: an error event, then close code 1009. The server refuses the
+        // message at its header, so the client reads while it sends the rest.
+        let audio = "A".repeat(17 * 1024 * 1024);
+        let big = json!({"type": "input_audio_buffer.append", "audio": audio}).to_string();
+        let (mut tx, mut rx) = ws.split();
+        let sending = tokio::spawn(async move { tx.send(Message::Text(big.into())).await });
+        let (error, code) = last_event_and_close(&mut rx).await;
+        sending.abort();
+        let error = error.expect("an error event");
+        assert_eq!(error["error"]["code"], "message_too_large", "{error}");
+        assert_eq!(code, Some(CloseCode::Size));
     });
+    assert!(!server.logs().contains("panicked"), "{}", server.logs());
     // Only transcription sessions, only models that transcribe.
     let upgrade = |path: &str| {
         let request = agent()
@@ -771,7 +791,7 @@ fn bad_events_get_error_events_and_the_session_goes_on() {
             .set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==");
         send(request, None)
     };
-    let (_, param, _) = upgrade("/v1/realtime").error(400);
+    let (_, param, _) = upgrade("/v1/realtime?intent=conversation").error(400);
     assert_eq!(param.as_deref(), Some("intent"));
     let (_, _, code) = upgrade("/v1/realtime?intent=transcription&model=nope").error(404);
     assert_eq!(code.as_deref(), Some("model_not_found"));
@@ -875,6 +895,24 @@ fn sessions_are_bounded_and_a_disconnect_frees_the_place() {
     });
 }
 
+/// Reads on to the server's close: the last event before it, and its code.
+async fn last_event_and_close(
+    ws: &mut (impl Stream<Item = Result<Message, WsError>> + Unpin),
+) -> (Option<Value>, Option<CloseCode>) {
+    let mut last = None;
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(120), ws.next())
+            .await
+            .expect("no close within two minutes");
+        match message {
+            Some(Ok(Message::Text(text))) => last = Some(serde_json::from_str(&text).unwrap()),
+            Some(Ok(Message::Close(frame))) => return (last, frame.map(|f| f.code)),
+            Some(Ok(_)) => {}
+            None | Some(Err(_)) => return (last, None),
+        }
+    }
+}
+
 /// Connects until a session opens (its `session.created`), within `limit`.
 async fn open_within(server: &Server, limit: Duration) -> Socket {
     let deadline = tokio::time::Instant::now() + limit;
@@ -952,4 +990,291 @@ fn a_shutdown_closes_open_sessions() {
         }
     });
     assert!(server.wait_exit().success(), "{}", server.logs());
+}
+
+/// PCM16 samples as base64 little-endian bytes, in appends of `bytes` each.
+fn base64_chunks(pcm: &[i16], bytes: usize) -> Vec<String> {
+    use base64::Engine as _;
+    let raw: Vec<u8> = pcm.iter().flat_map(|s| s.to_le_bytes()).collect();
+    raw.chunks(bytes)
+        .map(|chunk| base64::engine::general_purpose::STANDARD.encode(chunk))
+        .collect()
+}
+
+/// vLLM's realtime dialect on the same path and the same live sessions, replaying the message
+/// sequence of vLLM's own example client (github.com/vllm-project/vllm,
+/// `examples/speech_to_text/realtime/openai_realtime_client.py`
+/// @1874ec08480148d8623e98b251eeae9459423b64): connect to `/v1/realtime` with no query, read
+/// `session.created` (its `id`), send `session.update` with the `model`, a commit to start,
+/// appends of 4096 bytes of PCM16 at 16 kHz, and a commit with `final: true`; then read
+/// `transcription.delta` until `transcription.done` (`text`). The shapes are vLLM's
+/// `vllm/entrypoints/openai/realtime/protocol.py` and `connection.py`
+/// (@0787aaa088808ed424d73dc584d23657aa58639b: the commit's `final`, `model_not_validated`).
+/// The deltas join to the done text, which is the OpenAI dialect's transcript of the same audio
+/// (sent there at 24 kHz) and the offline transcription of the 16 kHz samples; a second
+/// utterance on the socket transcribes the same.
+#[test]
+fn vllm_s_example_client_transcribes_as_the_openai_dialect_does() {
+    let server = start(&[]);
+    let (pcm24k, sent24k) = pcm16(&chirp(36_000, 24_000, 100.0));
+    let (pcm16k, sent16k) = pcm16(&resample(&sent24k, 24_000, 16_000).unwrap());
+    let (want, _) = offline_text_16k(&sent16k);
+    assert!(!want.is_empty(), "the test checkpoint decodes some text");
+    runtime().block_on(async {
+        let mut ws = connect(&server, None).await.unwrap();
+        events_until(&mut ws, "session.created").await;
+        append(&mut ws, &pcm24k, 480).await;
+        send_event(&mut ws, json!({"type": "input_audio_buffer.commit"})).await;
+        let events = events_until(
+            &mut ws,
+            "conversation.item.input_audio_transcription.completed",
+        )
+        .await;
+        let openai = events.last().unwrap()["transcript"].clone();
+
+        let url = format!("{}/v1/realtime", server.base.replace("http://", "ws://"));
+        let mut ws = tokio_tungstenite::connect_async(url).await.unwrap().0;
+        let created = next_event(&mut ws).await.unwrap();
+        assert_eq!(created["type"], "session.created", "{created}");
+        assert!(
+            created["id"].is_string() && created["created"].is_u64(),
+            "{created}"
+        );
+        send_event(&mut ws, json!({"type": "session.update", "model": MODEL})).await;
+        for utterance in 0..2 {
+            send_event(&mut ws, json!({"type": "input_audio_buffer.commit"})).await;
+            for audio in base64_chunks(&pcm16k, 4096) {
+                send_event(
+                    &mut ws,
+                    json!({"type": "input_audio_buffer.append", "audio": audio}),
+                )
+                .await;
+            }
+            send_event(
+                &mut ws,
+                json!({"type": "input_audio_buffer.commit", "final": true}),
+            )
+            .await;
+            let mut deltas = String::new();
+            loop {
+                let event = next_event(&mut ws).await.expect("the socket stays open");
+                match event["type"].as_str().unwrap() {
+                    "transcription.delta" => deltas.push_str(event["delta"].as_str().unwrap()),
+                    "transcription.done" => {
+                        assert_eq!(event["text"], want.as_str(), "utterance {utterance}");
+                        break;
+                    }
+                    _ => panic!("vLLM's dialect sends deltas and done, not {event}"),
+                }
+            }
+            assert_eq!(deltas, want, "utterance {utterance}");
+        }
+        assert_eq!(
+            openai,
+            want.as_str(),
+            "the OpenAI dialect on the same audio"
+        );
+    });
+}
+
+/// In vLLM's dialect errors are vLLM's (`{"type": "error", "error": message, "code"}`): a
+/// commit before `session.update` names the model (`model_not_validated`, as vLLM's
+/// `connection.py` @0787aaa088808ed424d73dc584d23657aa58639b), a model not served, bad JSON,
+/// an event vLLM does not have, empty audio, a binary frame, a final commit with no audio;
+/// the session goes on and transcribes.
+#[test]
+fn vllm_s_dialect_answers_bad_events_with_vllm_s_errors() {
+    let server = start(&[]);
+    let (pcm, sent) = pcm16(&chirp(16_000, 16_000, 100.0));
+    let (want, _) = offline_text_16k(&sent);
+    runtime().block_on(async {
+        let url = format!("{}/v1/realtime", server.base.replace("http://", "ws://"));
+        let mut ws = tokio_tungstenite::connect_async(url).await.unwrap().0;
+        next_event(&mut ws).await.unwrap();
+        let cases = [
+            (
+                json!({"type": "input_audio_buffer.commit", "final": true}).to_string(),
+                "model_not_validated",
+            ),
+            (
+                json!({"type": "session.update", "model": "nope"}).to_string(),
+                "model_not_found",
+            ),
+            ("{not json".to_string(), "invalid_json"),
+            (
+                json!({"type": "input_audio_buffer.clear"}).to_string(),
+                "unknown_event",
+            ),
+            (
+                json!({"type": "input_audio_buffer.append", "audio": ""}).to_string(),
+                "invalid_audio",
+            ),
+        ];
+        for (text, code) in cases {
+            ws.send(Message::Text(text.clone().into())).await.unwrap();
+            let error = next_event(&mut ws).await.expect("the session stays open");
+            assert_eq!(error["type"], "error", "{text}: {error}");
+            assert_eq!(error["code"], code, "{text}: {error}");
+            assert!(error["error"].is_string(), "{text}: {error}");
+        }
+        ws.send(Message::Binary(vec![1, 2].into())).await.unwrap();
+        let error = next_event(&mut ws).await.unwrap();
+        assert_eq!(error["code"], "invalid_event", "{error}");
+
+        send_event(&mut ws, json!({"type": "session.update", "model": MODEL})).await;
+        send_event(
+            &mut ws,
+            json!({"type": "input_audio_buffer.commit", "final": true}),
+        )
+        .await;
+        let error = next_event(&mut ws).await.unwrap();
+        assert_eq!(error["code"], "input_audio_buffer_commit_empty", "{error}");
+        for audio in base64_chunks(&pcm, 4096) {
+            send_event(
+                &mut ws,
+                json!({"type": "input_audio_buffer.append", "audio": audio}),
+            )
+            .await;
+        }
+        send_event(
+            &mut ws,
+            json!({"type": "input_audio_buffer.commit", "final": true}),
+        )
+        .await;
+        let done = loop {
+            let event = next_event(&mut ws).await.unwrap();
+            if event["type"] != "transcription.delta" {
+                break event;
+            }
+        };
+        assert_eq!(done["type"], "transcription.done", "{done}");
+        assert_eq!(done["text"], want.as_str());
+    });
+    assert!(!server.logs().contains("panicked"), "{}", server.logs());
+}
+
+/// A client that sends and never reads (each unknown event it sends gets an error event) fills
+/// its bounded send queue; once it has read nothing for the stall limit its session ends with
+/// an error event and close code 1008. Meanwhile other sessions transcribe as usual, one after
+/// another until the stalled one is closed.
+#[test]
+fn a_client_that_never_reads_is_closed_and_others_keep_transcribing() {
+    let server = start(&[]);
+    let (pcm, sent) = pcm16(&chirp(24_000, 24_000, 100.0));
+    let (want, _) = offline_text(&sent);
+    runtime().block_on(async {
+        let mut deaf = connect_small_window(&server, "/v1/realtime?intent=transcription").await;
+        assert_eq!(next_message(&mut deaf).await["type"], "session.created");
+        let (mut tx, mut rx) = deaf.split();
+        let junk = json!({"type": "nope"}).to_string();
+        let flood = tokio::spawn(async move {
+            while tx.send(Message::Text(junk.clone().into())).await.is_ok() {}
+        });
+        let stalled = Arc::new(AtomicBool::new(false));
+        let others = tokio::spawn({
+            let (base, stalled, want) = (server.base.clone(), stalled.clone(), want.clone());
+            async move {
+                let mut rounds = 0;
+                while !stalled.load(Ordering::Relaxed) {
+                    let url = format!("{}/v1/realtime", base.replace("http://", "ws://"));
+                    let mut ws = tokio_tungstenite::connect_async(url).await.unwrap().0;
+                    events_until(&mut ws, "session.created").await;
+                    append(&mut ws, &pcm, 2400).await;
+                    send_event(&mut ws, json!({"type": "input_audio_buffer.commit"})).await;
+                    let events = events_until(
+                        &mut ws,
+                        "conversation.item.input_audio_transcription.completed",
+                    )
+                    .await;
+                    assert_eq!(events.last().unwrap()["transcript"], want.as_str());
+                    rounds += 1;
+                }
+                rounds
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !server.logs().contains("the client is not reading") {
+            assert!(Instant::now() < deadline, "{}", server.logs());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stalled.store(true, Ordering::Relaxed);
+        let (last, code) = last_event_and_close(&mut rx).await;
+        let last = last.expect("events before the close");
+        assert_eq!(last["error"]["code"], "client_not_reading", "{last}");
+        assert_eq!(code, Some(CloseCode::Policy));
+        flood.abort();
+        let rounds = others.await.unwrap();
+        assert!(rounds > 0, "no other session ran meanwhile");
+        eprintln!("{rounds} other sessions transcribed while one client did not read");
+    });
+    assert!(!server.logs().contains("panicked"), "{}", server.logs());
+}
+
+/// A client that commits item after item without waiting: the session reads on only while
+/// at most two committed items are not transcribed yet, and loses nothing. Two items too long
+/// for `max_transcription_seconds` fail while they stream (the rest of their audio dropped),
+/// and are committed once the client has read that: failed items are not waited for, so the
+/// items after them still complete, each with the transcript of its own audio.
+#[test]
+fn commits_faster_than_the_worker_wait_and_lose_nothing() {
+    let server = start(&[("VOXTRAL_MAX_TRANSCRIPTION_SECONDS", "2")]);
+    let (short, sent) = pcm16(&chirp(24_000, 24_000, 100.0));
+    let (want, _) = offline_text(&sent);
+    let (long, _) = pcm16(&chirp(24_000 * 5, 24_000, 100.0));
+    runtime().block_on(async {
+        let mut ws = connect(&server, None).await.unwrap();
+        events_until(&mut ws, "session.created").await;
+        // The items' last events (`.completed` or `.failed`), in order.
+        let mut ends: Vec<Value> = Vec::new();
+        let failed = |ends: &[Value]| {
+            ends.iter()
+                .filter(|e| e["type"].as_str().unwrap().ends_with(".failed"))
+                .count()
+        };
+        for (pcm, too_long) in [
+            (&short, false),
+            (&long, true),
+            (&short, false),
+            (&long, true),
+            (&short, false),
+            (&short, false),
+        ] {
+            append(&mut ws, pcm, 4800).await;
+            let failures = failed(&ends) + usize::from(too_long);
+            while failed(&ends) < failures {
+                let event = next_event(&mut ws).await.expect("the socket stays open");
+                assert_ne!(event["type"], "error", "{event}");
+                let kind = event["type"].as_str().unwrap();
+                if kind.ends_with(".completed") || kind.ends_with(".failed") {
+                    ends.push(event);
+                }
+            }
+            send_event(&mut ws, json!({"type": "input_audio_buffer.commit"})).await;
+        }
+        while ends.len() < 6 {
+            let event = next_event(&mut ws).await.expect("the socket stays open");
+            assert_ne!(event["type"], "error", "{event}");
+            if event["type"] == "conversation.item.input_audio_transcription.completed" {
+                ends.push(event);
+            }
+        }
+        let kinds: Vec<&str> = ends
+            .iter()
+            .map(|e| e["type"].as_str().unwrap().rsplit('.').next().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "completed",
+                "failed",
+                "completed",
+                "failed",
+                "completed",
+                "completed"
+            ]
+        );
+        for end in ends.iter().filter(|e| e["transcript"].is_string()) {
+            assert_eq!(end["transcript"], want.as_str(), "{end}");
+        }
+    });
 }

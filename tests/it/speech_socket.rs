@@ -20,6 +20,8 @@ use base64::Engine as _;
 use common::*;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -466,4 +468,383 @@ fn sessions_are_bounded() {
             event(&mut ws).await["type"] == "session.created"
         })
     });
+}
+
+/// `speed` on a text stream as on `/v1/audio/speech`: each piece is stretched as a whole once
+/// it is complete (at 2, a piece of 4 frames has 2 frames' samples), the segments' samples
+/// follow the stretched stream, and the first piece sounds as `/v1/audio/speech` with the same
+/// speed and seed. vLLM-Omni's `session.config` takes `speed` the same way; out of OpenAI's
+/// range it is refused.
+#[test]
+fn speed_stretches_each_piece_as_the_speech_endpoint_does() {
+    let server = Server::start(&[]);
+    let stretched = 4 * FRAME as u64 / 2;
+    runtime().block_on(async {
+        let mut ws = connect(&server, "/v1/audio/speech/realtime").await;
+        event(&mut ws).await;
+        send(
+            &mut ws,
+            json!({"type": "session.update", "session": {"voice_id": "alloy",
+            "response_format": "pcm", "seed": 7, "max_frames": 4, "speed": 2.0}}),
+        )
+        .await;
+        let updated = event(&mut ws).await;
+        assert_eq!(updated["session"]["speed"], 2.0, "{updated}");
+        send(
+            &mut ws,
+            json!({"type": "input_text.append", "text": "Hello there. Fine"}),
+        )
+        .await;
+        send(&mut ws, json!({"type": "input_text.flush"})).await;
+        let mut pcm = Vec::new();
+        let events = until(&mut ws, "speech.audio.done", &mut pcm).await;
+        let pieces = of_type(&events, "speech.audio.segment");
+        let spans: Vec<(u64, u64)> = pieces
+            .iter()
+            .map(|p| {
+                (
+                    p["start_sample"].as_u64().unwrap(),
+                    p["end_sample"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            spans,
+            [(0, stretched), (stretched - FADE, 2 * stretched - FADE)]
+        );
+        let stream = samples(&pcm);
+        assert_eq!(stream.len() as u64, 2 * stretched - FADE);
+        let body = json!({"model": "tts-1", "input": "Hello there.", "voice": "alloy",
+            "response_format": "pcm", "seed": 7, "max_frames": 4, "speed": 2.0});
+        let alone = pcm_samples(&server.speech(body));
+        assert_eq!(alone.len() as u64, stretched);
+        let kept = (stretched - FADE) as usize;
+        assert!(max_lsb_diff(&alone[..kept], &stream[..kept]) <= 1);
+
+        send(
+            &mut ws,
+            json!({"type": "session.update", "session": {"speed": 5}}),
+        )
+        .await;
+        let refused = event(&mut ws).await;
+        assert_eq!(refused["error"]["param"], "speed", "{refused}");
+
+        let mut ws = connect(&server, "/v1/audio/speech/stream").await;
+        send(
+            &mut ws,
+            json!({"type": "session.config", "voice": "alloy", "response_format": "pcm",
+            "speed": 2.0, "max_new_tokens": 4, "seed": 7}),
+        )
+        .await;
+        send(
+            &mut ws,
+            json!({"type": "input.text", "text": "Hello there."}),
+        )
+        .await;
+        send(&mut ws, json!({"type": "input.done"})).await;
+        let mut audio = Vec::new();
+        loop {
+            match next(&mut ws).await {
+                Got::Bytes(bytes) => audio.extend(bytes),
+                Got::Event(event) if event["type"] == "audio.done" => {
+                    assert_eq!(event["end_sample"], stretched, "{event}");
+                }
+                Got::Event(event) if event["type"] == "session.done" => break,
+                Got::Event(event) => assert_ne!(event["type"], "error", "{event}"),
+                Got::Closed(code) => panic!("closed: {code:?}"),
+            }
+        }
+        assert_eq!(samples(&audio), alone);
+    });
+}
+
+/// With API keys, a browser's key sent as a subprotocol (`realtime,
+/// openai-insecure-api-key.<KEY>`, as on `/v1/realtime`) opens both speech sockets, the
+/// server choosing `realtime`; a wrong key, or none, is a 401.
+#[test]
+fn browsers_send_the_api_key_as_a_subprotocol() {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Error as WsError;
+    let server = Server::start(&[("VOXTRAL_API_KEYS", "sesame")]);
+    runtime().block_on(async {
+        for path in ["/v1/audio/speech/realtime", "/v1/audio/speech/stream"] {
+            let open = |key: Option<&str>| {
+                let url = format!("{}{path}", server.base.replace("http://", "ws://"));
+                let mut request = url.into_client_request().unwrap();
+                if let Some(key) = key {
+                    let protocols = format!("realtime, openai-insecure-api-key.{key}");
+                    request
+                        .headers_mut()
+                        .insert("Sec-WebSocket-Protocol", protocols.parse().unwrap());
+                }
+                tokio_tungstenite::connect_async(request)
+            };
+            for key in [None, Some("wrong")] {
+                match open(key).await {
+                    Err(WsError::Http(response)) => assert_eq!(response.status(), 401),
+                    Err(e) => panic!("{path} {key:?}: {e}"),
+                    Ok(_) => panic!("{path} {key:?}: connected without the key"),
+                }
+            }
+            let (mut ws, response) = open(Some("sesame")).await.unwrap();
+            assert_eq!(response.headers()["sec-websocket-protocol"], "realtime");
+            // Serving: vLLM-Omni's session closes when asked, Mistral's greets first.
+            if path.ends_with("stream") {
+                send(&mut ws, json!({"type": "session.close"})).await;
+                assert!(matches!(
+                    next(&mut ws).await,
+                    Got::Closed(Some(CloseCode::Normal))
+                ));
+            } else {
+                assert_eq!(event(&mut ws).await["type"], "session.created");
+            }
+        }
+    });
+}
+
+/// vLLM-Omni's socket takes hostile messages as Mistral's does: bad JSON, an unknown type, a
+/// binary frame and text that is not a string each get `{"type": "error", "message"}` and the
+/// session goes on; a message over the size limit gets an error and close code 1009.
+#[test]
+fn vllm_omni_bad_messages_get_error_events_and_oversized_ones_close_the_socket() {
+    let server = Server::start(&[]);
+    runtime().block_on(async {
+        let mut ws = connect(&server, "/v1/audio/speech/stream").await;
+        send(
+            &mut ws,
+            json!({"type": "session.config", "voice": "alloy", "response_format": "pcm",
+            "max_new_tokens": 1}),
+        )
+        .await;
+        ws.send(Message::Text("{not json".into())).await.unwrap();
+        let mut errors = vec![event(&mut ws).await];
+        send(&mut ws, json!({"type": "input.audio", "audio": ""})).await;
+        errors.push(event(&mut ws).await);
+        ws.send(Message::Binary(vec![1, 2, 3].into()))
+            .await
+            .unwrap();
+        errors.push(event(&mut ws).await);
+        send(&mut ws, json!({"type": "input.text", "text": 5})).await;
+        errors.push(event(&mut ws).await);
+        for error in &errors {
+            assert_eq!(error["type"], "error", "{error}");
+            assert!(!error["message"].as_str().unwrap().is_empty(), "{error}");
+        }
+        send(
+            &mut ws,
+            json!({"type": "input.text", "text": "Still here."}),
+        )
+        .await;
+        send(&mut ws, json!({"type": "input.done"})).await;
+        let mut audio = Vec::new();
+        loop {
+            match next(&mut ws).await {
+                Got::Bytes(bytes) => audio.extend(bytes),
+                Got::Event(event) if event["type"] == "session.done" => break,
+                Got::Event(event) => assert_ne!(event["type"], "error", "{event}"),
+                Got::Closed(code) => panic!("closed: {code:?}"),
+            }
+        }
+        assert_eq!(audio.len(), FRAME * 2, "the session still speaks");
+
+        let big = json!({"type": "input.text", "text": "a".repeat(70_000)});
+        send(&mut ws, big).await;
+        let error = event(&mut ws).await;
+        assert_eq!(error["code"], "message_too_large", "{error}");
+        let closed = next(&mut ws).await;
+        assert!(
+            matches!(closed, Got::Closed(Some(CloseCode::Size))),
+            "{closed:?}"
+        );
+    });
+    assert!(!server.logs().contains("panicked"), "{}", server.logs());
+}
+
+/// One Mistral session of 3 frames from connect to `speech.audio.done`: all its audio.
+async fn speak_three_frames(base: &str) {
+    let url = format!(
+        "{}/v1/audio/speech/realtime",
+        base.replace("http://", "ws://")
+    );
+    let mut ws = tokio_tungstenite::connect_async(url).await.unwrap().0;
+    event(&mut ws).await;
+    send(
+        &mut ws,
+        json!({"type": "session.update", "session": {"max_frames": 3,
+        "response_format": "pcm"}}),
+    )
+    .await;
+    assert_eq!(event(&mut ws).await["type"], "session.updated");
+    send(
+        &mut ws,
+        json!({"type": "input_text.append", "text": "Still here."}),
+    )
+    .await;
+    send(&mut ws, json!({"type": "input_text.end"})).await;
+    let mut pcm = Vec::new();
+    until(&mut ws, "speech.audio.done", &mut pcm).await;
+    assert_eq!(pcm.len(), 3 * FRAME * 2, "all its audio");
+}
+
+/// A client that never reads while its audio keeps coming (six sentences of 400 frames each on
+/// the never-stopping checkpoint): the session's send queue is bounded, and once the client
+/// has read nothing for the stall limit the session ends with an error event and close code
+/// 1008. Meanwhile other sessions get all their audio, one after another until the stalled
+/// one is closed.
+#[test]
+fn a_client_that_never_reads_is_closed_and_others_keep_their_audio() {
+    let server = Server::start(&[]);
+    runtime().block_on(async {
+        let mut deaf = connect_small_window(&server, "/v1/audio/speech/realtime").await;
+        assert_eq!(next_message(&mut deaf).await["type"], "session.created");
+        for event in [
+            json!({"type": "session.update", "session": {"max_frames": 400,
+                   "response_format": "pcm"}}),
+            json!({"type": "input_text.append", "text": "One. Two. Three. Four. Five. Six."}),
+            json!({"type": "input_text.flush"}),
+        ] {
+            deaf.send(Message::Text(event.to_string().into()))
+                .await
+                .unwrap();
+        }
+        let stalled = Arc::new(AtomicBool::new(false));
+        let others = tokio::spawn({
+            let (base, stalled) = (server.base.clone(), stalled.clone());
+            async move {
+                let mut rounds = 0;
+                while !stalled.load(Ordering::Relaxed) {
+                    speak_three_frames(&base).await;
+                    rounds += 1;
+                }
+                rounds
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while !server.logs().contains("the client is not reading") {
+            assert!(Instant::now() < deadline, "{}", server.logs());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stalled.store(true, Ordering::Relaxed);
+        let (mut deltas, mut last) = (0, Value::Null);
+        let code = loop {
+            match tokio::time::timeout(Duration::from_secs(120), deaf.next())
+                .await
+                .expect("no close within two minutes")
+            {
+                Some(Ok(Message::Text(text))) => {
+                    last = serde_json::from_str(&text).unwrap();
+                    deltas += usize::from(last["type"] == "speech.audio.delta");
+                }
+                Some(Ok(Message::Close(frame))) => break frame.map(|f| f.code),
+                Some(Ok(_)) => {}
+                other => panic!("no close frame: {other:?}"),
+            }
+        };
+        assert_eq!(last["error"]["reason"], "client_not_reading", "{last}");
+        assert_eq!(code, Some(CloseCode::Policy));
+        assert!(deltas > 0);
+        let rounds = others.await.unwrap();
+        assert!(rounds > 0, "no other session ran meanwhile");
+        eprintln!("{rounds} other sessions spoke while one client did not read");
+    });
+    assert!(!server.logs().contains("panicked"), "{}", server.logs());
+}
+
+/// Sends `megabytes` of text deltas of 1000 characters with no flush (reading the answers
+/// meanwhile), then the flush; returns the errors' codes and the audio's length.
+async fn flood(base: String, path: &str, config: Value, megabytes: usize) -> (Vec<String>, usize) {
+    let url = format!("{}{path}", base.replace("http://", "ws://"));
+    let (mut tx, mut rx) = tokio_tungstenite::connect_async(url)
+        .await
+        .unwrap()
+        .0
+        .split();
+    let mistral = path.ends_with("realtime");
+    let (append, flush, done) = if mistral {
+        ("input_text.append", "input_text.flush", "speech.audio.done")
+    } else {
+        ("input.text", "input.done", "session.done")
+    };
+    let reader = tokio::spawn(async move {
+        let (mut codes, mut audio) = (Vec::new(), 0);
+        loop {
+            match rx.next().await {
+                Some(Ok(Message::Text(text))) => {
+                    let event: Value = serde_json::from_str(&text).unwrap();
+                    match event["type"].as_str().unwrap() {
+                        "error" if mistral => codes.push(event["error"]["reason"].to_string()),
+                        "error" => codes.push(event["code"].to_string()),
+                        "speech.audio.delta" => {
+                            audio += event["audio_data"].as_str().unwrap().len()
+                        }
+                        kind if kind == done => return (codes, audio),
+                        _ => {}
+                    }
+                }
+                Some(Ok(Message::Binary(bytes))) => audio += bytes.len(),
+                Some(Ok(_)) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+    });
+    tx.send(Message::Text(config.to_string().into()))
+        .await
+        .unwrap();
+    let delta = json!({"type": append, "text": "word ".repeat(200)}).to_string();
+    for _ in 0..megabytes * 1000 {
+        tx.send(Message::Text(delta.clone().into())).await.unwrap();
+    }
+    tx.send(Message::Text(json!({"type": flush}).to_string().into()))
+        .await
+        .unwrap();
+    reader.await.unwrap()
+}
+
+/// 100 MB of text deltas with no flush, 50 MB on each socket at once: the text waiting to be
+/// spoken stays within `max_input_chars` (deltas past it are refused, `input_text_too_long`),
+/// the server's resident memory grows by less than 100 MB over the whole flood, and both
+/// sessions still speak when flushed.
+#[test]
+fn a_hundred_megabytes_of_text_deltas_keep_memory_bounded() {
+    let server = Server::start(&[]);
+    runtime().block_on(async {
+        // Warm: the sockets' first allocations are not the flood's.
+        speak_three_frames(&server.base).await;
+        let before = resident_bytes(&server);
+        let mistral = tokio::spawn(flood(
+            server.base.clone(),
+            "/v1/audio/speech/realtime",
+            json!({"type": "session.update", "session": {"max_frames": 1,
+                   "response_format": "pcm"}}),
+            50,
+        ));
+        let vllm = tokio::spawn(flood(
+            server.base.clone(),
+            "/v1/audio/speech/stream",
+            json!({"type": "session.config", "response_format": "pcm", "max_new_tokens": 1}),
+            50,
+        ));
+        let mut peak = before;
+        while !(mistral.is_finished() && vllm.is_finished()) {
+            peak = peak.max(resident_bytes(&server));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for (name, (codes, audio)) in [
+            ("mistral", mistral.await.unwrap()),
+            ("vllm-omni", vllm.await.unwrap()),
+        ] {
+            assert!(!codes.is_empty(), "{name}: no delta was refused");
+            assert!(
+                codes.iter().all(|c| c == "\"input_text_too_long\""),
+                "{name}: {:?}",
+                codes.iter().find(|c| *c != "\"input_text_too_long\"")
+            );
+            assert!(audio > 0, "{name}: no audio after the flush");
+            eprintln!("{name}: {} deltas refused", codes.len());
+        }
+        let growth = peak.saturating_sub(before);
+        eprintln!("resident memory grew by {} MB at most", growth >> 20);
+        assert!(growth < 100 << 20, "grew by {growth} bytes");
+    });
+    assert!(!server.logs().contains("panicked"), "{}", server.logs());
 }

@@ -27,21 +27,24 @@ pub const STALL_LIMIT: Duration = Duration::from_secs(10);
 /// How long the last messages (an error, the close) may take to go out.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
-/// How long a socket stays open after refusing a message over the limit (see [`linger`]).
+/// How long a socket stays open after the server's close went out (see [`linger`]).
 const LINGER: Duration = Duration::from_secs(1);
 
-/// Keeps the socket open a moment after the close that refused a message over the limit went
-/// out: dropping it with the rest of that message unread resets the connection, and the
-/// client could lose the error and the close before reading them. What it still reads is
-/// dropped; whether the stream ends or fails first, the socket stays open until then.
-pub async fn linger<S>(incoming: &mut S)
+/// Keeps the socket open a moment after the server's close went out: dropping it with the
+/// client's messages unread resets the connection, and the client could lose the error and
+/// the close before reading them. What it still reads is dropped, until the client answers
+/// the close (the stream ends) or [`LINGER`] has passed. After a message over the limit
+/// (`whole`) the stream reads no further, so the socket stays open the whole time.
+async fn linger<S>(incoming: &mut S, whole: bool)
 where
     S: futures_util::Stream<Item = Result<Message, axum::Error>> + Unpin,
 {
     use futures_util::StreamExt;
     let deadline = tokio::time::Instant::now() + LINGER;
     while let Ok(Some(Ok(_))) = tokio::time::timeout_at(deadline, incoming.next()).await {}
-    tokio::time::sleep_until(deadline).await;
+    if whole {
+        tokio::time::sleep_until(deadline).await;
+    }
 }
 
 /// Whether a read failed because the client's message was over the route's
@@ -76,6 +79,62 @@ pub fn close(code: u16, reason: &str) -> Message {
 /// The client is not reading: the session ends.
 #[derive(Debug)]
 pub struct Stalled;
+
+/// How a session ends.
+pub enum End {
+    /// The last messages (an error event and a close; none when the client left). After a
+    /// close the socket lingers ([`linger`]).
+    With(Vec<Message>),
+    /// A message over the size limit: `With`, and the socket lingers its whole time.
+    Oversized(Vec<Message>),
+    /// The client stopped reading.
+    Stalled,
+}
+
+impl From<Stalled> for End {
+    fn from(_: Stalled) -> Self {
+        End::Stalled
+    }
+}
+
+/// Ends the session as `end` says. A client that stopped reading gets the error event that
+/// `error` makes from a code and a message (if it reads again within the grace), then close
+/// code 1008.
+pub async fn end<S>(
+    out: Outgoing,
+    incoming: &mut S,
+    end: End,
+    error: impl FnOnce(&'static str, &str) -> Message,
+) where
+    S: futures_util::Stream<Item = Result<Message, axum::Error>> + Unpin,
+{
+    match end {
+        End::With(last) => {
+            let closing = last.iter().any(|m| matches!(m, Message::Close(_)));
+            out.finish(last).await;
+            if closing {
+                linger(incoming, false).await;
+            }
+        }
+        End::Oversized(last) => {
+            out.finish(last).await;
+            linger(incoming, true).await;
+        }
+        End::Stalled => {
+            tracing::warn!("WebSocket session closed: the client is not reading");
+            let message = format!(
+                "The client read nothing for {} s: the session is closed.",
+                STALL_LIMIT.as_secs()
+            );
+            let last = vec![
+                error("client_not_reading", &message),
+                close(POLICY_VIOLATION, &message),
+            ];
+            out.abandon(last).await;
+            linger(incoming, false).await;
+        }
+    }
+}
 
 /// The writing half of a socket, on a task of its own behind a bounded queue.
 pub struct Outgoing {

@@ -455,3 +455,59 @@ pub fn copy_dir(src: &Path, dst: &Path) {
         }
     }
 }
+
+/// A WebSocket to `path` on `server` whose receive buffer is a few kilobytes (the kernel's
+/// auto-tuning off): once such a client stops reading, the server's writes back up within
+/// its own send buffer.
+pub async fn connect_small_window(
+    server: &Server,
+    path: &str,
+) -> tokio_tungstenite::WebSocketStream<tokio::net::TcpStream> {
+    let address: std::net::SocketAddr = server
+        .base
+        .trim_start_matches("http://")
+        .parse()
+        .expect("the server's address");
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let stream = socket.connect(address).await.unwrap();
+    let url = format!("{}{path}", server.base.replace("http://", "ws://"));
+    tokio_tungstenite::client_async(url, stream)
+        .await
+        .unwrap()
+        .0
+}
+
+/// The next text message of a WebSocket, as JSON.
+pub async fn next_message<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>) -> Value
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(120), ws.next())
+            .await
+            .expect("nothing from the server within two minutes");
+        match message {
+            Some(Ok(Message::Text(text))) => return serde_json::from_str(&text).unwrap(),
+            Some(Ok(Message::Binary(_) | Message::Ping(_) | Message::Pong(_))) => {}
+            other => panic!("expected a text message, got {other:?}"),
+        }
+    }
+}
+
+/// The server process's resident memory, in bytes (`VmRSS` of /proc/PID/status).
+pub fn resident_bytes(server: &Server) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id())).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .expect("VmRSS in /proc/PID/status");
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS in kB");
+    kib * 1024
+}

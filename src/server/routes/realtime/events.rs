@@ -1,6 +1,7 @@
 //! The Realtime API's events in OpenAI's shapes (openai SDK 3.51 `types/realtime/*` and
 //! `types/beta/realtime/*`): the client events this endpoint reads, and the server events it
-//! writes, each with its own `event_id`.
+//! writes, each with its own `event_id`. vLLM's dialect (`vllm.rs`) reads into the same
+//! client events.
 
 use base64::Engine as _;
 use serde_json::{json, Value};
@@ -12,8 +13,16 @@ pub enum ClientEvent {
     SessionUpdate(Value),
     /// Beta `transcription_session.update`: the `session` object.
     BetaSessionUpdate(Value),
+    /// vLLM's `session.update`: its settings at the top level.
+    Settings {
+        model: Option<String>,
+        language: Option<String>,
+        prompt: Option<String>,
+    },
     /// `input_audio_buffer.append`: PCM16 little-endian samples.
     Append(Vec<i16>),
+    /// vLLM's commit without `final`: an utterance starts.
+    Start,
     Commit,
     Clear,
 }
@@ -43,9 +52,8 @@ impl EventError {
     }
 }
 
-/// Parses one text message into the event and its `event_id`; the error carries the
-/// client's `event_id` when it could be read.
-pub fn parse(text: &str) -> Result<(ClientEvent, Option<String>), EventError> {
+/// Reads one text message as JSON, with the client's `event_id` when it has one.
+pub fn read(text: &str) -> Result<(Value, Option<String>), EventError> {
     let value: Value = serde_json::from_str(text).map_err(|e| {
         EventError::new(
             "invalid_json",
@@ -57,13 +65,11 @@ pub fn parse(text: &str) -> Result<(ClientEvent, Option<String>), EventError> {
         .get("event_id")
         .and_then(Value::as_str)
         .map(str::to_string);
-    match parse_value(value) {
-        Ok(event) => Ok((event, event_id)),
-        Err(e) => Err(EventError { event_id, ..e }),
-    }
+    Ok((value, event_id))
 }
 
-fn parse_value(mut value: Value) -> Result<ClientEvent, EventError> {
+/// Reads an OpenAI client event.
+pub fn parse_value(mut value: Value) -> Result<ClientEvent, EventError> {
     if !value.is_object() {
         return Err(EventError::new(
             "invalid_event",
@@ -119,7 +125,7 @@ fn parse_value(mut value: Value) -> Result<ClientEvent, EventError> {
 }
 
 /// Base64 PCM16 little-endian samples.
-fn pcm16(audio: &str) -> Result<Vec<i16>, EventError> {
+pub fn pcm16(audio: &str) -> Result<Vec<i16>, EventError> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(audio)
         .map_err(|e| {
@@ -172,6 +178,14 @@ impl ServerEvents {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(text: &str) -> Result<(ClientEvent, Option<String>), EventError> {
+        let (value, event_id) = read(text)?;
+        match parse_value(value) {
+            Ok(event) => Ok((event, event_id)),
+            Err(e) => Err(EventError { event_id, ..e }),
+        }
+    }
 
     #[test]
     fn bad_events_name_what_is_wrong() {

@@ -2,10 +2,12 @@
 //! sentence (or clause) is complete, and each piece is queued as its own job as soon as it is
 //! cut, so it joins the worker's batch while later text is still being written. The pieces'
 //! audio goes out in order as one stream: joined with the crossfade of `/v1/audio/speech`'s
-//! segments and encoded by one streaming encoder per generation.
+//! segments and encoded by one streaming encoder per generation. With a `speed` other than 1
+//! each piece is held until it is complete and stretched as a whole (as `/v1/audio/speech`
+//! stretches its whole audio), so its audio leaves a piece later.
 
 use crate::audio::join::{fade_samples, SegmentJoiner};
-use crate::audio::{stream_encoder, AudioFormat, StreamEncoder};
+use crate::audio::{stream_encoder, time_stretch, AudioFormat, StreamEncoder};
 use crate::engine::PrepareError;
 use crate::scheduler::{JobEvent, JobOptions, LoadedModel};
 use crate::server::error::ApiError;
@@ -75,12 +77,6 @@ impl Voice {
         }
         body["input"] = Value::String("-".into());
         let speech = parse_speech_body(body.to_string().as_bytes(), usize::MAX, &model.card)?;
-        if speech.speed != 1.0 {
-            return Err(ApiError::invalid(
-                "speed",
-                "'speed' other than 1.0 is not available on a text stream.",
-            ));
-        }
         Ok(Voice {
             served,
             model,
@@ -133,6 +129,8 @@ struct Running {
     events: UnboundedReceiver<JobEvent>,
     samples: usize,
     started: bool,
+    /// The piece's audio so far, when it is stretched once complete.
+    held: Vec<f32>,
 }
 
 /// One socket's text and audio.
@@ -287,6 +285,7 @@ impl Core {
                     events,
                     samples: 0,
                     started: false,
+                    held: Vec::new(),
                 }),
                 // Nothing to say once normalized (only punctuation, markup).
                 Ok(None) => {}
@@ -351,42 +350,32 @@ impl Core {
     /// Handles what [`next_event`](Self::next_event) returned.
     pub async fn on_event(&mut self, event: Option<JobEvent>) -> Result<Vec<Output>, ApiError> {
         let mut out = Vec::new();
-        let Some(piece) = self.running.front_mut() else {
+        let Some(voice) = self.voice.as_ref().filter(|_| !self.running.is_empty()) else {
             return Ok(out);
         };
+        let (speed, rate) = (voice.speech.speed, voice.sample_rate());
         match event {
             Some(JobEvent::Started { .. } | JobEvent::Progress { .. }) => return Ok(out),
-            Some(JobEvent::Audio(pcm)) => {
-                if !piece.started {
-                    piece.started = true;
-                    out.push(Output::PieceStarted {
-                        index: piece.index,
-                        text: piece.text.clone(),
-                    });
-                    if self.encoder.is_none() {
-                        let voice = self.voice.as_ref().expect("configured");
-                        let rate = voice.sample_rate();
-                        self.joiner = SegmentJoiner::new(fade_samples(rate));
-                        self.encoder =
-                            Some(stream_encoder(voice.format(), rate).map_err(encoding)?);
-                    }
-                    self.joiner.begin_segment();
-                }
-                piece.samples += pcm.len();
-                let joined = self.joiner.extend(&pcm);
-                out.extend(self.encode(&joined)?);
+            Some(JobEvent::Audio(pcm)) if speed != 1.0 => {
+                let piece = self.running.front_mut().expect("the front piece");
+                piece.held.extend(pcm);
                 return Ok(out);
             }
+            Some(JobEvent::Audio(pcm)) => return self.play(&pcm),
             Some(JobEvent::Done(summary)) => {
+                if speed != 1.0 {
+                    let piece = self.running.front_mut().expect("the front piece");
+                    let held = std::mem::take(&mut piece.held);
+                    let stretched = time_stretch(&held, speed, rate);
+                    if !stretched.is_empty() {
+                        out.extend(self.play(&stretched)?);
+                    }
+                }
                 let piece = self.running.pop_front().expect("the front piece");
-                let fade = self
-                    .voice
-                    .as_ref()
-                    .map_or(0, |v| fade_samples(v.sample_rate()));
                 let overlap = if self.usage.pieces == 0 {
                     0
                 } else {
-                    fade.min(self.joined).min(piece.samples)
+                    fade_samples(rate).min(self.joined).min(piece.samples)
                 };
                 let start = self.joined - overlap;
                 self.joined = start + piece.samples;
@@ -413,6 +402,30 @@ impl Core {
             }
         }
         out.extend(self.pump().await?);
+        Ok(out)
+    }
+
+    /// The front piece's audio into the generation's stream, its start announced first.
+    fn play(&mut self, pcm: &[f32]) -> Result<Vec<Output>, ApiError> {
+        let mut out = Vec::new();
+        let piece = self.running.front_mut().expect("the front piece");
+        if !piece.started {
+            piece.started = true;
+            out.push(Output::PieceStarted {
+                index: piece.index,
+                text: piece.text.clone(),
+            });
+            if self.encoder.is_none() {
+                let voice = self.voice.as_ref().expect("configured");
+                let rate = voice.sample_rate();
+                self.joiner = SegmentJoiner::new(fade_samples(rate));
+                self.encoder = Some(stream_encoder(voice.format(), rate).map_err(encoding)?);
+            }
+            self.joiner.begin_segment();
+        }
+        piece.samples += pcm.len();
+        let joined = self.joiner.extend(pcm);
+        out.extend(self.encode(&joined)?);
         Ok(out)
     }
 

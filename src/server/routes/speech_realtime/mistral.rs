@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 const DELTA_BYTES: usize = 16 * 1024;
 
 /// The `session` fields a client may set, and the request field each one is.
-const FIELDS: [(&str, &str); 8] = [
+const FIELDS: [(&str, &str); 9] = [
     ("voice_id", "voice"),
     ("voice", "voice"),
     ("response_format", "response_format"),
@@ -23,6 +23,7 @@ const FIELDS: [(&str, &str); 8] = [
     ("language", "language"),
     ("instructions", "instructions"),
     ("temperature", "temperature"),
+    ("speed", "speed"),
 ];
 
 pub struct Mistral {
@@ -69,6 +70,7 @@ impl Mistral {
             },
             "seed": speech.seed,
             "max_frames": speech.max_frames,
+            "speed": speech.speed,
         })
     }
 }

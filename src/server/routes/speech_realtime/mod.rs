@@ -20,7 +20,7 @@ mod mistral;
 mod vllm;
 
 use self::core::{Core, Granularity, Output, Voice};
-use super::ws::{self, Outgoing, Stalled};
+use super::ws::{self, End, Outgoing};
 use crate::server::error::ApiError;
 use crate::server::state::AppState;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
@@ -51,7 +51,7 @@ pub struct SpeechSocketQuery {
 ///
 /// On connect the server sends `session.created` with the default settings. The client may
 /// send `session.update` (`session`: `voice_id`, `response_format` pcm, wav, mp3, flac, opus
-/// or aac, and the extensions of `/v1/audio/speech`: `seed`, `max_frames`, `language`,
+/// or aac, `speed`, and the extensions of `/v1/audio/speech`: `seed`, `max_frames`, `language`,
 /// `instructions`, `temperature`, `split_granularity` sentence or clause), answered with
 /// `session.updated`; then `input_text.append` (`text`: a delta) as the text is written. Each
 /// complete sentence is spoken as soon as it is in; `speech.audio.delta` (`audio_data`:
@@ -59,6 +59,8 @@ pub struct SpeechSocketQuery {
 /// `speech.audio.segment` says which samples speak which text. `input_text.flush` speaks the
 /// rest and ends the generation with `speech.audio.done` (usage); the socket stays open.
 /// `input_text.end` does the same, then closes it. Rejected messages get an `error` event.
+/// With a `speed` other than 1, each piece is stretched once it is complete. Browsers may
+/// send the API key as a subprotocol, as on `/v1/realtime`.
 #[utoipa::path(get, path = "/v1/audio/speech/realtime", tag = "audio", security(("api_key" = [])),
     params(SpeechSocketQuery),
     responses(
@@ -86,14 +88,15 @@ pub async fn mistral_websocket(
 /// Speaks text while it is written: vLLM-Omni's streaming speech session (WebSocket).
 ///
 /// The first message is `session.config` (`model`, `voice`, `response_format` (wav by
-/// default), `language`, `instructions`, `seed`, `max_new_tokens` as frames,
+/// default), `speed`, `language`, `instructions`, `seed`, `max_new_tokens` as frames,
 /// `split_granularity` none (the default: speak at `input.done`), sentence or clause). Then
 /// `input.text` (`text`) as the text is written, and `input.done` to speak the rest; the
 /// socket stays open for the next utterance until `session.close`. Each piece of text is
 /// announced by `audio.start` (`sentence_text`), its audio comes as binary frames (one
 /// continuous stream per utterance), and `audio.done` ends it with its samples in the stream
 /// (`start_sample`, `end_sample`); `session.done` ends the utterance. Rejected messages get
-/// `{"type": "error", "message"}`.
+/// `{"type": "error", "message"}`. With a `speed` other than 1, each piece is stretched once
+/// it is complete. Browsers may send the API key as a subprotocol, as on `/v1/realtime`.
 #[utoipa::path(get, path = "/v1/audio/speech/stream", tag = "audio", security(("api_key" = [])),
     responses(
         (status = 101, description = "Switching to the WebSocket protocol: the session's events follow"),
@@ -110,9 +113,12 @@ pub async fn vllm_websocket(
 }
 
 fn limited(upgrade: WebSocketUpgrade) -> WebSocketUpgrade {
+    // Browser clients send their key as a subprotocol beside `realtime` (`server::auth`), as
+    // they do on `/v1/realtime`; the handshake fails in the browser unless one is chosen.
     upgrade
         .max_message_size(MAX_MESSAGE_BYTES)
         .max_frame_size(MAX_MESSAGE_BYTES)
+        .protocols(["realtime"])
 }
 
 /// Sessions open in this process.
@@ -149,20 +155,6 @@ pub enum Command {
     Close,
 }
 
-/// How a session ends: the last messages, or the client stopped reading.
-enum End {
-    With(Vec<Message>),
-    /// A message over the size limit: `With`, and the socket lingers (`ws::linger`).
-    Oversized(Vec<Message>),
-    Stalled,
-}
-
-impl From<Stalled> for End {
-    fn from(_: Stalled) -> Self {
-        End::Stalled
-    }
-}
-
 /// One dialect's messages over the shared core.
 pub trait Dialect: Send + 'static {
     /// What the server sends on connect.
@@ -184,6 +176,25 @@ pub trait Dialect: Send + 'static {
 async fn run<D: Dialect>(socket: WebSocket, app: AppState, mut dialect: D) {
     let (sink, mut incoming) = socket.split();
     let mut out = Outgoing::new(sink);
+    let end = session(&mut dialect, &mut out, &mut incoming, &app).await;
+    ws::end(out, &mut incoming, end, |code, message| {
+        dialect.error(&ApiError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            Some(code),
+            message,
+        ))
+    })
+    .await;
+}
+
+/// Takes a place and serves the session; the place is free again once it returns, while the
+/// last messages go out.
+async fn session<D: Dialect>(
+    dialect: &mut D,
+    out: &mut Outgoing,
+    incoming: &mut futures_util::stream::SplitStream<WebSocket>,
+    app: &AppState,
+) -> End {
     let limit = app.config.max_speech_sessions;
     let Some(_place) = Place::take(limit) else {
         let e = ApiError::new(
@@ -191,48 +202,21 @@ async fn run<D: Dialect>(socket: WebSocket, app: AppState, mut dialect: D) {
             Some("session_limit_reached"),
             format!("{limit} speech sessions are open, the most this server takes: retry later"),
         );
-        let last = vec![
+        return End::With(vec![
             dialect.error(&e),
             ws::close(ws::TRY_AGAIN_LATER, &e.message),
-        ];
-        out.finish(last).await;
-        return;
+        ]);
     };
     let mut core = Core::new(app.clone());
     if let Some((body, granularity)) = dialect.default_settings() {
-        match Voice::new(&app, body, granularity).and_then(|v| core.configure(v)) {
-            Ok(()) => {}
-            Err(e) => {
-                let last = vec![dialect.error(&e), ws::close(ws::INTERNAL_ERROR, &e.message)];
-                out.finish(last).await;
-                return;
-            }
-        }
-    }
-    let end = serve(&mut core, &mut dialect, &mut out, &mut incoming, &app).await;
-    match end {
-        End::With(last) => out.finish(last).await,
-        End::Oversized(last) => {
-            out.finish(last).await;
-            ws::linger(&mut incoming).await;
-        }
-        End::Stalled => {
-            tracing::warn!("speech session closed: the client is not reading");
-            let e = ApiError::new(
-                axum::http::StatusCode::BAD_REQUEST,
-                Some("client_not_reading"),
-                format!(
-                    "The client read nothing for {} s: the session is closed.",
-                    ws::STALL_LIMIT.as_secs()
-                ),
-            );
-            let last = vec![
+        if let Err(e) = Voice::new(app, body, granularity).and_then(|v| core.configure(v)) {
+            return End::With(vec![
                 dialect.error(&e),
-                ws::close(ws::POLICY_VIOLATION, &e.message),
-            ];
-            out.abandon(last).await;
+                ws::close(ws::INTERNAL_ERROR, &e.message),
+            ]);
         }
     }
+    serve(&mut core, dialect, out, incoming, app).await
 }
 
 async fn serve<D: Dialect>(
