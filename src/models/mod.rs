@@ -13,6 +13,7 @@ pub mod voxtral_tts;
 pub mod xtts;
 
 use crate::engine::voice::VoiceEncoder;
+use crate::engine::stt::{TranscriberOptions, WithTranscriber};
 use crate::engine::{EngineOptions, WithEngine};
 use crate::nn::LoadError;
 use crate::tensor::{DType, Tensor};
@@ -163,6 +164,30 @@ pub fn load_tts<T: Tensor, W: WithEngine>(
             "(family)",
             "this is a Voxtral Realtime (speech-to-text) model folder: it transcribes \
              (`voxtral-tts transcribe`), it does not speak; the server does not serve it yet",
+        )),
+    }
+}
+
+/// Loads the speech-to-text folder `dir` on `device` with `options` and hands the engine to
+/// `with`. A speaking folder is refused: it does not transcribe.
+pub fn load_stt<T: Tensor, W: WithTranscriber>(
+    dir: &Path,
+    device: &T::Device,
+    dtype: DType,
+    options: TranscriberOptions,
+    with: W,
+) -> Result<W::Output, LoadError> {
+    let folder = FolderConfig::read(dir)?;
+    match folder.family {
+        Family::VoxtralRealtime => {
+            let engine =
+                voxtral_realtime::engine::RealtimeEngine::<T>::load(dir, device, dtype, &options)?;
+            Ok(with.run(engine))
+        }
+        Family::VoxtralTts | Family::Qwen3Tts | Family::Xtts => Err(LoadError::invalid(
+            folder.file,
+            "(family)",
+            "this is a text-to-speech model folder: it does not transcribe",
         )),
     }
 }

@@ -10,6 +10,7 @@ pub mod audio_tower;
 pub mod batch;
 pub mod conv_stem;
 pub mod encoder;
+pub mod engine;
 pub mod mel;
 pub mod params;
 pub mod prompt;
