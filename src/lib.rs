@@ -17,6 +17,7 @@
 //!   default), for the tests and benchmarks.
 
 pub mod audio;
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod device;

@@ -1,11 +1,7 @@
 //! The `voxtral-tts` command line.
 
-#[cfg(feature = "testmodel")]
 mod bench;
-#[cfg(feature = "testmodel")]
 mod bench_engine;
-#[cfg(feature = "testmodel")]
-mod bench_stt;
 mod convert;
 mod download;
 mod load;
@@ -48,10 +44,9 @@ enum Command {
         #[arg(long)]
         model: PathBuf,
     },
-    /// Time the engine per frame (backbone, flow head, codec); on a speech-to-text folder,
-    /// offline transcription and live steps.
-    #[cfg(feature = "testmodel")]
-    Bench(bench::BenchArgs),
+    /// Time the engine per frame (for Voxtral TTS: backbone, flow head, codec) and per
+    /// batched step; on a speech-to-text folder, offline transcription and live steps.
+    Bench(crate::bench::BenchArgs),
     /// Drive a running server with N concurrent streaming clients: frames/s, real-time
     /// factor, time to first audio.
     Load(load::LoadArgs),
@@ -96,7 +91,6 @@ pub fn main() -> ExitCode {
         Command::Synth(args) => synth::run(args),
         Command::Transcribe(args) => transcribe::run(args),
         Command::Voices { model } => synth::list_voices(&model),
-        #[cfg(feature = "testmodel")]
         Command::Bench(args) => bench::run(args),
         Command::Load(args) => load::run(args),
         Command::Download(args) => download::run(args),

@@ -1,11 +1,11 @@
 //! `voxtral-tts transcribe`: speech to text with a speech-to-text model folder, offline (the
 //! whole file at once, greedy).
 
-use super::synth::parse_dtype;
 use crate::audio::input::{decode, DecodeLimits, DecodedAudio};
-use crate::device::{DeviceChoice, OnBackend};
+use crate::device::{parse_dtype, DeviceChoice, OnBackend};
 use crate::engine::stt::{SpeechToText, TranscriberOptions, WithTranscriber};
-use crate::models::{detect_family, load_stt, Family};
+use crate::engine::CudaGraphs;
+use crate::models::registry::{self, load_stt, Task};
 use crate::tensor::quantized::{parse_quantize, QuantFormat};
 use crate::tensor::{DType, Tensor};
 use anyhow::{bail, Context, Result};
@@ -42,12 +42,11 @@ pub struct TranscribeArgs {
 
 /// Prints the text of `--input` on stdout.
 pub fn run(args: TranscribeArgs) -> Result<()> {
-    match detect_family(&args.model)? {
-        Family::VoxtralRealtime => {}
-        Family::VoxtralTts | Family::Qwen3Tts | Family::Xtts => bail!(
+    if registry::detect(&args.model)?.task != Task::Transcribe {
+        bail!(
             "{} is a text-to-speech model folder; transcribe needs a speech-to-text one",
             args.model.display()
-        ),
+        );
     }
     let bytes =
         std::fs::read(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
@@ -91,6 +90,7 @@ impl OnBackend for Transcribe<'_> {
         let options = TranscriberOptions {
             max_audio_seconds: self.audio.duration().as_secs_f64() + RESAMPLING_ROOM_SECONDS,
             quantize: self.quantize,
+            cuda_graphs: CudaGraphs::Off,
         };
         let offline = Offline {
             input: self.input,

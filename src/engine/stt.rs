@@ -8,6 +8,7 @@
 //! [`TranscriptionBatch::step`] advances every utterance that has a position ready in one
 //! pass.
 
+use super::CudaGraphs;
 use crate::tensor::quantized::QuantFormat;
 
 /// What clients may know of a loaded speech-to-text model.
@@ -34,6 +35,8 @@ pub struct TranscriberOptions {
     pub max_audio_seconds: f64,
     /// How the large linear weights are stored where the backend multiplies that format.
     pub quantize: Option<QuantFormat>,
+    /// Whether decode steps run as captured CUDA graphs where the family and device allow.
+    pub cuda_graphs: CudaGraphs,
 }
 
 /// Why an utterance cannot be transcribed (too long for the loaded model, no free slot, a

@@ -9,12 +9,13 @@
 pub mod live;
 
 use crate::device::{DeviceChoice, OnBackend};
+use crate::engine::CudaGraphs;
 use crate::engine::stt::{
     SpeechToText, TimedText, TranscriberCard, TranscriberOptions, TranscriptionBatch, Utterance,
     WithTranscriber,
 };
-use crate::models;
 use crate::models::quantize::weight_format;
+use crate::models::registry;
 use crate::tensor::quantized::QuantFormat;
 use crate::tensor::{DType, Tensor};
 use live::{LiveCommand, LiveSessions, LiveStreams};
@@ -42,6 +43,7 @@ pub struct TranscriptionSettings {
     pub max_live_sessions: usize,
     /// How the large linear weights are stored.
     pub quantize: Option<QuantFormat>,
+    pub cuda_graphs: CudaGraphs,
 }
 
 pub enum TranscriberState {
@@ -211,12 +213,13 @@ impl OnBackend for Worker<'_> {
         let options = TranscriberOptions {
             max_audio_seconds: s.max_audio_seconds,
             quantize: s.quantize,
+            cuda_graphs: s.cuda_graphs,
         };
         let serving = Serving {
             weights: weight_format::<T>(&s.model_dir, device, s.dtype, s.quantize),
             worker: &self,
         };
-        if let Err(e) = models::load_stt::<T, _>(&s.model_dir, device, s.dtype, options, serving)
+        if let Err(e) = registry::load_stt::<T, _>(&s.model_dir, device, s.dtype, options, serving)
         {
             let message = e.to_string();
             tracing::error!(model = %s.model_id, "loading failed: {message}");

@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 use voxtral_tts::audio::input::{decode_to_rate, DecodeLimits};
 use voxtral_tts::device::DeviceChoice;
 use voxtral_tts::engine::voice::{VoiceEncodeError, VoiceEncoder};
-use voxtral_tts::models::load_voice_encoder;
+use voxtral_tts::models::registry::load_voice_encoder;
 use voxtral_tts::models::qwen3_tts::engine::{REF_CODES, REF_TEXT_IDS, X_VECTOR};
 use voxtral_tts::scheduler::voice_encoding::{
     start_voice_encoding, VoiceEncoderState, VoiceEncodingJob, VoiceEncodingSettings,

@@ -89,7 +89,7 @@ pub fn card(
         .collect();
     let model_type = config.tts_model_type;
     ModelCard {
-        family: "qwen3-tts",
+        family: super::family::NAME,
         owned_by: "Qwen",
         homepage: "https://huggingface.co/collections/Qwen/qwen3-tts",
         voices,

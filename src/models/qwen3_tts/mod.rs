@@ -5,10 +5,12 @@
 //! in-context cloning); `engine` serves them behind the engine interface.
 //! Spec: `shared/docs/qwen3-tts-spec.md`.
 
+pub mod bench;
 pub mod catalog;
 mod code_predictor;
 pub mod config;
 pub mod engine;
+pub mod family;
 pub mod model;
 pub mod prompt;
 pub mod sampling;

@@ -15,9 +15,6 @@ use crate::nn::LoadError;
 use crate::tensor::{DType, Tensor};
 use std::path::Path;
 
-/// The family's name on cards.
-pub const FAMILY: &str = "voxtral-realtime";
-
 impl From<TranscribeError> for TranscriptionError {
     fn from(e: TranscribeError) -> Self {
         TranscriptionError(e.to_string())
@@ -38,6 +35,10 @@ impl<T: Tensor> RealtimeEngine<T> {
         dtype: DType,
         options: &TranscriberOptions,
     ) -> Result<Self, LoadError> {
+        options.cuda_graphs.not_captured(
+            super::family::NAME,
+            "its decoder step has no capture yet (sliding-window rows and the audio rows it adds are built on the host each step)",
+        );
         let config = Config::load(dir)?;
         let samples = (options.max_audio_seconds * f64::from(config.mel.sample_rate)).ceil();
         let positions = config.streaming.offline_positions(samples as usize);
@@ -57,7 +58,7 @@ impl<T: Tensor> SpeechToText for RealtimeEngine<T> {
 
     fn card(&self) -> TranscriberCard {
         TranscriberCard {
-            family: FAMILY,
+            family: super::family::NAME,
             sample_rate: self.model.config.mel.sample_rate,
             samples_per_token: self.model.config.streaming.samples_per_token,
             max_audio_seconds: self.max_audio_seconds,

@@ -73,7 +73,7 @@ pub fn card<'a>(
     samples_per_frame: usize,
 ) -> ModelCard {
     ModelCard {
-        family: "voxtral-tts",
+        family: super::family::NAME,
         owned_by: "mistralai",
         homepage: "https://huggingface.co/mistralai/Voxtral-4B-TTS-2603",
         voices: voices.map(voice_info).collect(),

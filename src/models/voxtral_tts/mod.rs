@@ -3,9 +3,11 @@
 //! A request's path: `prompt` (tokenizer + voice rows) -> `backbone` prefill -> per frame:
 //! `flow_head` (codes) -> audio-embedding feedback -> `backbone` step; then `codec`.
 
+pub mod bench;
 pub mod catalog;
 pub mod codec;
 mod engine;
+pub mod family;
 pub mod flow_head;
 pub mod graphs;
 pub mod params;

@@ -33,7 +33,7 @@ pub struct CardInputs<'a> {
 
 pub fn card(inputs: CardInputs<'_>) -> ModelCard {
     ModelCard {
-        family: "xtts-v2",
+        family: super::family::NAME,
         owned_by: "coqui",
         homepage: "https://huggingface.co/coqui/XTTS-v2",
         voices: inputs

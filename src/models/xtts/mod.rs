@@ -14,6 +14,7 @@ pub mod cloning_mel;
 pub mod conditioning;
 pub mod convert;
 pub mod engine;
+pub mod family;
 pub mod folder;
 pub mod gpt;
 pub mod gpt_config;
