@@ -19,7 +19,11 @@ use std::time::Instant;
 
 /// Times the folder `dir`; `weight_bytes_per_frame` counts what a frame reads, where the
 /// family can.
-pub fn run(args: &BenchArgs, dir: &Path, weight_bytes_per_frame: Option<WeightBytes>) -> Result<()> {
+pub fn run(
+    args: &BenchArgs,
+    dir: &Path,
+    weight_bytes_per_frame: Option<WeightBytes>,
+) -> Result<()> {
     anyhow::ensure!(
         args.json.is_none(),
         "bench --json is not written for this family's folders"

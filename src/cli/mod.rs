@@ -10,11 +10,6 @@ mod serve;
 mod synth;
 mod transcribe;
 
-#[cfg(feature = "testmodel")]
-use crate::testmodel::{
-    make_any_test_model, make_qwen3_published_size_model, make_stt_published_size_model, AnyPreset,
-    Preset,
-};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -58,20 +53,6 @@ enum Command {
     /// Write a model folder with its large linear weights in 8 or 4 bits (q8, q4), read in
     /// place by the server.
     Quantize(quantize::QuantizeArgs),
-    /// Write a random checkpoint in the published layout (for tests and benchmarks).
-    #[cfg(feature = "testmodel")]
-    MakeTestModel {
-        #[arg(long)]
-        out: PathBuf,
-        #[arg(long, value_enum)]
-        preset: AnyPreset,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Qwen3-TTS and stt-tiny presets: keep the published folder's sizes instead of
-        /// shrinking them (benchmarks; 1.8 to 3.9 GB for Qwen3-TTS, 8.9 GB for stt-tiny).
-        #[arg(long)]
-        published_size: bool,
-    },
 }
 
 pub fn main() -> ExitCode {
@@ -96,23 +77,6 @@ pub fn main() -> ExitCode {
         Command::Download(args) => download::run(args),
         Command::Convert(args) => convert::run(args),
         Command::Quantize(args) => quantize::run(args),
-        #[cfg(feature = "testmodel")]
-        Command::MakeTestModel {
-            out,
-            preset,
-            seed,
-            published_size,
-        } => match (preset, published_size) {
-            (AnyPreset::Qwen3(p), true) => make_qwen3_published_size_model(&out, p, seed),
-            (AnyPreset::Voxtral(Preset::SttTiny), true) => {
-                make_stt_published_size_model(&out, seed)
-            }
-            (_, true) => Err(anyhow::anyhow!(
-                "--published-size is for the qwen3-* and stt-tiny presets; Voxtral TTS has \
-                 `--preset full`"
-            )),
-            (preset, false) => make_any_test_model(&out, preset, seed),
-        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -51,7 +51,8 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
     let bytes =
         std::fs::read(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
     let limits = DecodeLimits::new(MAX_INPUT_BYTES, MAX_INPUT_DURATION);
-    let audio = decode(&bytes, &limits).with_context(|| format!("decoding {}", args.input.display()))?;
+    let audio =
+        decode(&bytes, &limits).with_context(|| format!("decoding {}", args.input.display()))?;
     let job = Transcribe {
         dir: &args.model,
         input: &args.input,

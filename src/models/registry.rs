@@ -54,6 +54,9 @@ pub struct FamilySpec {
     pub published_name: Option<&'static str>,
     /// How `voxtral-tts bench` times its folders.
     pub bench: Bench,
+    /// Its random test checkpoints.
+    #[cfg(feature = "testkit")]
+    pub testkit: crate::testkit::FamilyKit,
 }
 
 /// The weight bytes one frame of a folder reads (`None`: the folder's files do not say).
@@ -223,7 +226,13 @@ pub fn load_tts<T: Tensor, W: WithEngine>(
     impl<T: Tensor, W: WithEngine> OnFamily for Load<'_, T, W> {
         type Output = Result<W::Output, LoadError>;
         fn run<F: ModelFamily>(self) -> Self::Output {
-            F::load_tts::<T, W>(self.folder, self.device, self.dtype, self.options, self.with)
+            F::load_tts::<T, W>(
+                self.folder,
+                self.device,
+                self.dtype,
+                self.options,
+                self.with,
+            )
         }
     }
     let folder = FolderConfig::read(dir)?;
@@ -256,7 +265,13 @@ pub fn load_stt<T: Tensor, W: WithTranscriber>(
     impl<T: Tensor, W: WithTranscriber> OnFamily for Load<'_, T, W> {
         type Output = Result<W::Output, LoadError>;
         fn run<F: ModelFamily>(self) -> Self::Output {
-            F::load_stt::<T, W>(self.folder, self.device, self.dtype, self.options, self.with)
+            F::load_stt::<T, W>(
+                self.folder,
+                self.device,
+                self.dtype,
+                self.options,
+                self.with,
+            )
         }
     }
     let folder = FolderConfig::read(dir)?;

@@ -9,11 +9,11 @@
 pub mod live;
 
 use crate::device::{DeviceChoice, OnBackend};
-use crate::engine::CudaGraphs;
 use crate::engine::stt::{
     SpeechToText, TimedText, TranscriberCard, TranscriberOptions, TranscriptionBatch, Utterance,
     WithTranscriber,
 };
+use crate::engine::CudaGraphs;
 use crate::models::quantize::weight_format;
 use crate::models::registry;
 use crate::tensor::quantized::QuantFormat;

@@ -703,9 +703,9 @@ impl Loader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    #[cfg(feature = "testmodel")]
-    use crate::testmodel::generated_tekken as generated;
-    #[cfg(feature = "testmodel")]
+    #[cfg(feature = "testkit")]
+    use crate::testkit::tekken::generated;
+    #[cfg(feature = "testkit")]
     use rand::{Rng as _, SeedableRng as _};
     use std::path::PathBuf;
     use std::sync::OnceLock;
@@ -825,14 +825,14 @@ mod tests {
         check_golden(reference(), "tests/data/tekken_240911_cases.json");
     }
 
-    #[cfg(feature = "testmodel")]
+    #[cfg(feature = "testkit")]
     #[test]
     fn generated_file_matches_mistral_common_golden() {
         let (_dir, _path, tok) = generated(500);
         check_golden(&tok, "tests/data/tekken_test_gen500_cases.json");
     }
 
-    #[cfg(feature = "testmodel")]
+    #[cfg(feature = "testkit")]
     #[test]
     fn heap_merge_equals_scan_merge() {
         let (_dir, _path, small) = generated(2000);
@@ -855,7 +855,7 @@ mod tests {
         }
     }
 
-    #[cfg(feature = "testmodel")]
+    #[cfg(feature = "testkit")]
     fn hostile_inputs() -> Vec<String> {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
         let mut random_text = String::new();
@@ -885,7 +885,7 @@ mod tests {
         ]
     }
 
-    #[cfg(feature = "testmodel")]
+    #[cfg(feature = "testkit")]
     #[test]
     fn never_panics_and_round_trips() {
         let (_dir, _path, small) = generated(1000);
@@ -900,7 +900,7 @@ mod tests {
         }
     }
 
-    #[cfg(feature = "testmodel")]
+    #[cfg(feature = "testkit")]
     #[test]
     fn regex_error_falls_back_without_panicking() {
         let (_dir, _path, tok) = generated(300);
@@ -931,7 +931,7 @@ mod tests {
         assert!(ids.ends_with(&tok.encode("\tand")));
     }
 
-    #[cfg(feature = "testmodel")]
+    #[cfg(feature = "testkit")]
     fn load_err(json: &str) -> String {
         match Tekken::from_json_str(json, "/models/x/tekken.json") {
             Ok(_) => panic!("loaded: {json}"),
@@ -939,7 +939,7 @@ mod tests {
         }
     }
 
-    #[cfg(feature = "testmodel")]
+    #[cfg(feature = "testkit")]
     /// A valid document (generated, 0 merges) with `edit` applied.
     fn edited(edit: impl FnOnce(&mut Value)) -> String {
         let (_dir, path, _) = generated(0);
@@ -948,7 +948,7 @@ mod tests {
         doc.to_string()
     }
 
-    #[cfg(feature = "testmodel")]
+    #[cfg(feature = "testkit")]
     #[test]
     fn errors_name_file_and_key() {
         let cases: Vec<(String, &str)> = vec![
@@ -1059,7 +1059,7 @@ mod tests {
         assert!(msg.starts_with("/nonexistent/dir/tekken.json: "), "{msg}");
     }
 
-    #[cfg(feature = "testmodel")]
+    #[cfg(feature = "testkit")]
     #[test]
     fn optional_parts_may_be_absent() {
         // No `audio`, no `special_tokens` (v7 and below use the deprecated defaults), extra

@@ -33,6 +33,11 @@ impl ModelFamily for Qwen3TtsFamily {
         bench: Bench::Engine {
             weight_bytes_per_frame: Some(weight_bytes_per_frame),
         },
+        #[cfg(feature = "testkit")]
+        testkit: crate::testkit::FamilyKit {
+            models: super::testkit::TEST_MODELS,
+            sources: &[include_str!("testkit.rs")],
+        },
     };
 
     fn load_tts<T: Tensor, W: WithEngine>(

@@ -19,6 +19,8 @@ pub mod speaker_mel;
 pub mod speech_decoder;
 pub mod speech_encoder;
 mod talker;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod tokens;
 pub mod voice_encoder;
 

@@ -137,9 +137,10 @@ impl<'m, T: Tensor> TranscriptionBatch for Batch<'m, T> {
 
     fn start_live(&mut self) -> Result<Stream<'m, T>, TranscriptionError> {
         let audio = AudioStream::start(self.model)?;
-        let utterance = self.decoder.start().ok_or_else(|| {
-            TranscriptionError("no decoder slot is free for this session".into())
-        })?;
+        let utterance = self
+            .decoder
+            .start()
+            .ok_or_else(|| TranscriptionError("no decoder slot is free for this session".into()))?;
         Ok(Stream {
             live: Some(audio),
             utterance,

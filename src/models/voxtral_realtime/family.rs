@@ -27,6 +27,11 @@ impl ModelFamily for VoxtralRealtimeFamily {
                  consolidated.safetensors, tekken.json",
         published_name: Some("mistralai/Voxtral-Mini-4B-Realtime-2602"),
         bench: Bench::Own(bench::run),
+        #[cfg(feature = "testkit")]
+        testkit: crate::testkit::FamilyKit {
+            models: super::testkit::TEST_MODELS,
+            sources: &[include_str!("testkit.rs")],
+        },
     };
 
     fn load_stt<T: Tensor, W: WithTranscriber>(

@@ -17,6 +17,8 @@ pub mod mel;
 pub mod params;
 pub mod prompt;
 pub mod streaming;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod text_decoder;
 pub mod timing;
 pub mod transcriber;

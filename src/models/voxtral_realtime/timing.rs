@@ -55,7 +55,7 @@ pub fn token_seconds(streaming: &super::params::Streaming, sample_rate: u32) -> 
     streaming.samples_per_token as f64 / f64::from(sample_rate)
 }
 
-#[cfg(all(test, feature = "testmodel"))]
+#[cfg(all(test, feature = "testkit"))]
 mod tests {
     use super::*;
 
@@ -67,7 +67,7 @@ mod tests {
     fn byte_tokenizer() -> Tekken {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tekken.json");
-        crate::testmodel::tekken::write_tekken(
+        crate::testkit::tekken::write_tekken(
             &path,
             0,
             &[(32, "[STREAMING_PAD]"), (33, "[STREAMING_WORD]")],
@@ -131,7 +131,7 @@ mod tests {
     #[test]
     fn a_token_is_80_ms_at_16_khz() {
         let config = crate::models::voxtral_realtime::params::Config::load(
-            &crate::testmodel::cached_test_model(crate::testmodel::Preset::SttTiny, 0).unwrap(),
+            &crate::models::voxtral_realtime::testkit::cached_test_model(0).unwrap(),
         )
         .unwrap();
         let seconds = token_seconds(&config.streaming, config.mel.sample_rate);

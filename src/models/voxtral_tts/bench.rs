@@ -420,4 +420,3 @@ fn weight_bytes_per_frame(cfg: &Config, dtype: DType, quantize: Option<QuantForm
         + (cfg.semantic_head_rows * f.dim) as f64 * dense;
     (backbone, flow)
 }
-

@@ -108,10 +108,10 @@ pub fn voice_info(name: &str) -> VoiceInfo {
     }
 }
 
-#[cfg(all(test, feature = "testmodel"))]
+#[cfg(all(test, feature = "testkit"))]
 mod tests {
     use super::*;
-    use crate::testmodel::PRESET_VOICES;
+    use crate::models::voxtral_tts::testkit::PRESET_VOICES;
 
     #[test]
     fn every_openai_voice_maps_to_a_published_preset_of_its_gender() {

@@ -27,6 +27,11 @@ impl ModelFamily for VoxtralTtsFamily {
                  consolidated.safetensors, tekken.json, voice_embedding/",
         published_name: Some("mistralai/Voxtral-4B-TTS-2603"),
         bench: Bench::Own(bench::run),
+        #[cfg(feature = "testkit")]
+        testkit: crate::testkit::FamilyKit {
+            models: super::testkit::TEST_MODELS,
+            sources: &[include_str!("testkit.rs")],
+        },
     };
 
     fn load_tts<T: Tensor, W: WithEngine>(

@@ -12,6 +12,8 @@ pub mod flow_head;
 pub mod graphs;
 pub mod params;
 mod prompt;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod voices;
 
 pub use crate::engine::StopReason;

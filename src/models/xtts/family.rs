@@ -31,6 +31,14 @@ impl ModelFamily for XttsFamily {
         bench: Bench::Engine {
             weight_bytes_per_frame: None,
         },
+        #[cfg(feature = "testkit")]
+        testkit: crate::testkit::FamilyKit {
+            models: super::testkit::TEST_MODELS,
+            sources: &[
+                include_str!("testkit/mod.rs"),
+                include_str!("testkit/vocoder.rs"),
+            ],
+        },
     };
 
     fn load_tts<T: Tensor, W: WithEngine>(

@@ -23,6 +23,8 @@ pub mod hifigan_stream;
 mod layers;
 pub mod reference_audio;
 pub mod speaker_encoder;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod text;
 pub mod tokenizer;
 mod vocoder;

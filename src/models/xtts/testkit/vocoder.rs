@@ -8,8 +8,8 @@
 //! scales 1 ± 0.1 and running variances 0.5–1.5. The DSP buffers (pre-emphasis filter,
 //! Hamming window, HTK mel filterbank) hold their constructed values, as real files do.
 
-use super::{cached_folder, rng_for, Init};
 use crate::nn::safetensors_writer::{write_safetensors, TensorSpec};
+use crate::testkit::{cached_folder, rng_for, Init};
 use anyhow::Result;
 use rand::Rng;
 use safetensors::Dtype;
