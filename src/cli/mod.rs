@@ -18,7 +18,7 @@ use std::process::ExitCode;
 #[command(
     name = "voxtral-tts",
     version,
-    about = "Voxtral-4B-TTS speech synthesis"
+    about = "OpenAI-compatible speech server: text to speech and speech to text"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -31,7 +31,7 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Synthesize speech to a WAV file (16-bit PCM, mono, 24 kHz).
     Synth(synth::SynthArgs),
-    /// Transcribe an audio file with a Voxtral Realtime folder (prints the text).
+    /// Transcribe an audio file with a speech-to-text model folder (prints the text).
     Transcribe(transcribe::TranscribeArgs),
     /// List the preset voices of a model folder.
     Voices {

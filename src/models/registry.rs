@@ -52,6 +52,9 @@ pub struct FamilySpec {
     /// settings give it no `model_id`; `None` for a family published in several variants,
     /// whose folder name says which.
     pub published_name: Option<&'static str>,
+    /// OpenAI's voice names and the preset each selects, for a family that maps them (its
+    /// cards' `voice_aliases`; a folder without that preset selects nothing).
+    pub openai_voices: &'static [(&'static str, &'static str)],
     /// How `voxtral-tts bench` times its folders.
     pub bench: Bench,
     /// Its random test checkpoints.

@@ -20,7 +20,7 @@ const SPEAKERS: [(&str, &str, &str, &str); 9] = [
 
 /// OpenAI's voices, female names to the female speakers and male names to the English male
 /// ones (as for Voxtral: calm to one, bright or conversational to the other).
-const OPENAI_VOICES: [(&str, &str); 13] = [
+pub const OPENAI_VOICES: [(&str, &str); 13] = [
     ("alloy", "serena"),
     ("ash", "aiden"),
     ("ballad", "aiden"),

@@ -30,13 +30,15 @@ impl ModelFamily for Qwen3TtsFamily {
                  vocab.json, merges.txt, speech_tokenizer/",
         // Published in several variants: the folder's name says which.
         published_name: None,
+        // The CustomVoice speakers.
+        openai_voices: &super::catalog::OPENAI_VOICES,
         bench: Bench::Engine {
             weight_bytes_per_frame: Some(weight_bytes_per_frame),
         },
         #[cfg(feature = "testkit")]
         testkit: crate::testkit::FamilyKit {
             models: super::testkit::TEST_MODELS,
-            sources: &[include_str!("testkit.rs")],
+            sources: &[include_str!("testkit.rs"), include_str!("keys.rs")],
         },
     };
 

@@ -11,6 +11,7 @@ mod code_predictor;
 pub mod config;
 pub mod engine;
 pub mod family;
+pub mod keys;
 pub mod model;
 pub mod prompt;
 pub mod sampling;

@@ -11,6 +11,7 @@
 use super::config::{
     Qwen3TtsConfig, SpeechDecoderConfig, SpeechEncoderConfig, SpeechTokenizerConfig, TtsModelType,
 };
+use super::keys;
 use crate::testkit::endless::edit_rows;
 use crate::testkit::{
     cached_folder, progress_bar, write_safetensors, Init, Spec, Stored, TestModel,
@@ -486,7 +487,7 @@ fn model_specs(cfg: &Qwen3TtsConfig) -> Vec<Spec> {
     t.linear_with_bias("talker.text_projection.linear_fc1", text, text);
     t.linear_with_bias("talker.text_projection.linear_fc2", h, text);
     t.add(
-        "talker.codec_head.weight".into(),
+        format!("{}.{}", keys::TALKER, keys::CODEC_HEAD),
         &[talker.vocab_size, h],
         Init::LoudRow {
             fan_in: h,
@@ -504,7 +505,7 @@ fn model_specs(cfg: &Qwen3TtsConfig) -> Vec<Spec> {
         kv_heads: cp.num_key_value_heads,
         head_dim: cp.head_dim,
     };
-    let p = "talker.code_predictor";
+    let p = keys::CODE_PREDICTOR;
     for i in 0..cp.num_hidden_layers {
         stack.qwen3_layer(&mut t, &format!("{p}.model.layers.{i}"));
     }
@@ -535,7 +536,7 @@ fn speaker_encoder_specs(cfg: &Qwen3TtsConfig, t: &mut Tensors) {
     let c = &cfg.speaker_encoder_config;
     let channels = &c.enc_channels;
     let kernels = &c.enc_kernel_sizes;
-    let p = "speaker_encoder";
+    let p = keys::SPEAKER_ENCODER;
     t.conv_with_bias(
         &format!("{p}.blocks.0.conv"),
         channels[0],
@@ -883,7 +884,8 @@ pub fn cached_endless_test_model(preset: Qwen3Preset, seed: u64) -> Result<PathB
 /// ([`crate::testkit::endless`]), so that at most half the codes have a logit below EOS's:
 /// greedy never picks it, nor does top-k sampling with k up to 1024.
 pub fn never_end_codec(weights: &Path, eos: usize, codes: usize) -> Result<()> {
-    edit_rows(weights, "talker.codec_head.weight", |head| {
+    let head = format!("{}.{}", keys::TALKER, keys::CODEC_HEAD);
+    edit_rows(weights, &head, |head| {
         head.zero(eos);
         head.mirror(0..codes);
     })

@@ -26,11 +26,12 @@ impl ModelFamily for VoxtralRealtimeFamily {
         layout: "Voxtral Realtime: params.json with multimodal.whisper_model_args, \
                  consolidated.safetensors, tekken.json",
         published_name: Some("mistralai/Voxtral-Mini-4B-Realtime-2602"),
+        openai_voices: &[],
         bench: Bench::Own(bench::run),
         #[cfg(feature = "testkit")]
         testkit: crate::testkit::FamilyKit {
             models: super::testkit::TEST_MODELS,
-            sources: &[include_str!("testkit.rs")],
+            sources: &[include_str!("testkit.rs"), include_str!("keys.rs")],
         },
     };
 

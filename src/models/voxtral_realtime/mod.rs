@@ -13,6 +13,7 @@ pub mod conv_stem;
 pub mod encoder;
 pub mod engine;
 pub mod family;
+pub mod keys;
 pub mod mel;
 pub mod params;
 pub mod prompt;

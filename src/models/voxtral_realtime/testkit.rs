@@ -6,6 +6,7 @@
 //! streaming constant keeps its real value, and the attention windows are small so that short
 //! audio crosses them.
 
+use super::keys;
 use crate::testkit::endless::edit_rows;
 use crate::testkit::tekken::write_tekken;
 use crate::testkit::{
@@ -149,11 +150,11 @@ fn specs(d: &SttDims) -> Vec<Spec> {
     let mut push = |key: String, shape: Vec<usize>, init: Init| out.push(Spec { key, shape, init });
     let norm = Init::Around(1.0, 0.1);
     let bias = Init::Around(0.0, 0.1);
-    let e = "mm_streams_embeddings.embedding_module.";
-    let w = format!("{e}whisper_encoder.");
+    let e = keys::EMBEDDING_MODULE;
+    let w = format!("{e}{}", keys::ENCODER);
     let (ed, eh) = (d.enc_dim, d.enc_heads * d.enc_head_dim);
     for (i, input) in [NUM_MEL_BINS, ed].into_iter().enumerate() {
-        let p = format!("{w}conv_layers.{i}.conv");
+        let p = format!("{w}{}", keys::CONV_STEM[i]);
         push(
             format!("{p}.weight"),
             vec![ed, input, 3],
@@ -162,59 +163,59 @@ fn specs(d: &SttDims) -> Vec<Spec> {
         push(format!("{p}.bias"), vec![ed], bias);
     }
     for l in 0..d.enc_layers {
-        let p = format!("{w}transformer.layers.{l}");
-        push(format!("{p}.attention_norm.weight"), vec![ed], norm);
-        push(format!("{p}.ffn_norm.weight"), vec![ed], norm);
+        let p = format!("{w}{}", keys::encoder_layer(l));
+        push(format!("{p}attention_norm.weight"), vec![ed], norm);
+        push(format!("{p}ffn_norm.weight"), vec![ed], norm);
         push(
-            format!("{p}.attention.wq.weight"),
+            format!("{p}attention.wq.weight"),
             vec![eh, ed],
             Init::Linear(ed),
         );
-        push(format!("{p}.attention.wq.bias"), vec![eh], bias);
+        push(format!("{p}{}", keys::QUERY_BIAS), vec![eh], bias);
         // The published checkpoint has no wk bias (vLLM loads a zero one).
         push(
-            format!("{p}.attention.wk.weight"),
+            format!("{p}attention.wk.weight"),
             vec![eh, ed],
             Init::Linear(ed),
         );
         push(
-            format!("{p}.attention.wv.weight"),
+            format!("{p}attention.wv.weight"),
             vec![eh, ed],
             Init::Linear(ed),
         );
-        push(format!("{p}.attention.wv.bias"), vec![eh], bias);
+        push(format!("{p}{}", keys::VALUE_BIAS), vec![eh], bias);
         push(
-            format!("{p}.attention.wo.weight"),
+            format!("{p}attention.wo.weight"),
             vec![ed, eh],
             Init::Linear(eh),
         );
-        push(format!("{p}.attention.wo.bias"), vec![ed], bias);
+        push(format!("{p}{}", keys::OUTPUT_BIAS), vec![ed], bias);
         push(
-            format!("{p}.feed_forward.w1.weight"),
+            format!("{p}feed_forward.w1.weight"),
             vec![d.enc_hidden, ed],
             Init::Linear(ed),
         );
         push(
-            format!("{p}.feed_forward.w2.weight"),
+            format!("{p}feed_forward.w2.weight"),
             vec![ed, d.enc_hidden],
             Init::Linear(d.enc_hidden),
         );
-        push(format!("{p}.feed_forward.w2.bias"), vec![ed], bias);
+        push(format!("{p}{}", keys::DOWN_BIAS), vec![ed], bias);
         push(
-            format!("{p}.feed_forward.w3.weight"),
+            format!("{p}feed_forward.w3.weight"),
             vec![d.enc_hidden, ed],
             Init::Linear(ed),
         );
     }
-    push(format!("{w}transformer.norm.weight"), vec![ed], norm);
+    push(format!("{w}{}", keys::ENCODER_NORM), vec![ed], norm);
     let stacked = ed * DOWNSAMPLE_FACTOR;
     push(
-        format!("{e}audio_language_projection.0.weight"),
+        format!("{e}{}", keys::ADAPTER_IN),
         vec![d.dim, stacked],
         Init::Linear(stacked),
     );
     push(
-        format!("{e}audio_language_projection.2.weight"),
+        format!("{e}{}", keys::ADAPTER_OUT),
         vec![d.dim, d.dim],
         Init::Linear(d.dim),
     );
@@ -222,7 +223,7 @@ fn specs(d: &SttDims) -> Vec<Spec> {
     // logit wins and greedy decoding repeats one token whatever the audio; the special rows
     // (mostly unused placeholders) smaller still, or 1000 of the 1300 rows crowd the text out.
     push(
-        format!("{e}tok_embeddings.weight"),
+        keys::TOKEN_EMBEDDINGS.into(),
         vec![d.vocab, d.dim],
         Init::QuietRows {
             rows: SPECIAL_RANKS,
@@ -271,14 +272,15 @@ fn specs(d: &SttDims) -> Vec<Spec> {
             vec![d.hidden, d.dim],
             Init::Linear(d.dim),
         );
+        let conditioning = keys::delay_conditioning(l);
         push(
-            format!("{p}.ada_rms_norm_t_cond.0.weight"),
+            format!("{conditioning}.0.weight"),
             vec![T_COND_DIM, d.dim],
             Init::Linear(d.dim),
         );
         // Small: the ada scale `1 + ...` stays near 1, as in a trained model.
         push(
-            format!("{p}.ada_rms_norm_t_cond.2.weight"),
+            format!("{conditioning}.2.weight"),
             vec![d.dim, T_COND_DIM],
             Init::Around(0.0, 0.1),
         );
@@ -327,14 +329,10 @@ pub fn cached_endless_test_model(seed: u64) -> Result<PathBuf> {
 /// `</s>`'s row of the tied embedding (the head) zero, and the rows after it in opposite pairs
 /// ([`crate::testkit::endless`]). Decoding stays bounded: one token per audio position.
 pub fn never_end_transcript(weights: &Path, eos: usize) -> Result<()> {
-    edit_rows(
-        weights,
-        "mm_streams_embeddings.embedding_module.tok_embeddings.weight",
-        |embeddings| {
-            embeddings.zero(eos);
-            embeddings.mirror(eos + 1..embeddings.rows);
-        },
-    )
+    edit_rows(weights, keys::TOKEN_EMBEDDINGS, |embeddings| {
+        embeddings.zero(eos);
+        embeddings.mirror(eos + 1..embeddings.rows);
+    })
 }
 
 fn make_model(out: &Path, d: &SttDims, seed: u64, progress: indicatif::ProgressBar) -> Result<()> {

@@ -26,11 +26,12 @@ impl ModelFamily for VoxtralTtsFamily {
         layout: "Voxtral TTS: params.json with multimodal.audio_model_args, \
                  consolidated.safetensors, tekken.json, voice_embedding/",
         published_name: Some("mistralai/Voxtral-4B-TTS-2603"),
+        openai_voices: &super::catalog::OPENAI_VOICES,
         bench: Bench::Own(bench::run),
         #[cfg(feature = "testkit")]
         testkit: crate::testkit::FamilyKit {
             models: super::testkit::TEST_MODELS,
-            sources: &[include_str!("testkit.rs")],
+            sources: &[include_str!("testkit.rs"), include_str!("keys.rs")],
         },
     };
 

@@ -4,6 +4,7 @@
 //! Deterministic per seed: every tensor draws from its own stream, seeded by the run seed and
 //! the tensor's key.
 
+use super::keys;
 use super::params::{Config, ModelArgs, END_AUDIO_CODE};
 use super::voices::VOICE_DIR;
 use crate::testkit::endless::edit_rows;
@@ -229,12 +230,12 @@ fn specs(cfg: &Config, d: &Dims) -> Vec<Spec> {
     let mut push = |key: String, shape: Vec<usize>, init: Init| out.push(Spec { key, shape, init });
     let a = &cfg.args;
     push(
-        "mm_audio_embeddings.tok_embeddings.weight".into(),
+        keys::TOKEN_EMBEDDINGS.into(),
         vec![a.vocab_size, a.dim],
         Init::Around(0.0, 0.8),
     );
     push(
-        "mm_audio_embeddings.audio_codebook_embeddings.embeddings.weight".into(),
+        keys::AUDIO_EMBEDDINGS.into(),
         vec![cfg.audio_embedding_rows, a.dim],
         Init::Around(0.0, 0.3),
     );
@@ -299,7 +300,7 @@ fn specs(cfg: &Config, d: &Dims) -> Vec<Spec> {
     let at = cfg.flow();
     for i in 0..at.n_layers {
         transformer(
-            &format!("acoustic_transformer.layers.{i}"),
+            &format!("{}.layers.{i}", keys::FLOW_HEAD),
             at.dim,
             at.n_heads,
             at.n_kv_heads,
@@ -311,12 +312,12 @@ fn specs(cfg: &Config, d: &Dims) -> Vec<Spec> {
     // Codec transformers are the odd decoder blocks (the convs are the even ones).
     for (j, st) in cfg.codec_stages.iter().enumerate() {
         for l in 0..st.n_layers {
-            let p = format!("audio_tokenizer.decoder_blocks.{}.layers.{l}", 2 * j + 1);
+            let p = format!("{}.decoder_blocks.{}.layers.{l}", keys::CODEC, 2 * j + 1);
             transformer(&p, c.dim, c.n_heads, c.n_kv_heads, c.head_dim, c.hidden_dim);
         }
     }
     push("norm.weight".into(), vec![a.dim], Init::Around(1.0, 0.1));
-    let p = "acoustic_transformer";
+    let p = keys::FLOW_HEAD;
     push(
         format!("{p}.input_projection.weight"),
         vec![at.dim, d.acoustic_books],
@@ -333,7 +334,7 @@ fn specs(cfg: &Config, d: &Dims) -> Vec<Spec> {
         Init::Linear(a.dim),
     );
     push(
-        format!("{p}.semantic_codebook_output.weight"),
+        keys::SEMANTIC_HEAD.into(),
         vec![cfg.semantic_head_rows, at.dim],
         Init::Linear(at.dim),
     );
@@ -347,7 +348,7 @@ fn specs(cfg: &Config, d: &Dims) -> Vec<Spec> {
         vec![at.dim],
         Init::Around(1.0, 0.1),
     );
-    let t = "audio_tokenizer";
+    let t = keys::CODEC;
     for (i, st) in cfg.codec_stages.iter().enumerate() {
         let block = 2 * i;
         let in_ch = if i == 0 { cfg.latent_dim() } else { c.dim };
@@ -517,15 +518,11 @@ pub fn cached_endless_test_model(preset: Preset, seed: u64) -> Result<PathBuf> {
 /// END_AUDIO's row of the semantic head zero, the codes after it in opposite pairs
 /// ([`crate::testkit::endless`]).
 pub fn never_end_audio(weights: &Path) -> Result<()> {
-    edit_rows(
-        weights,
-        "acoustic_transformer.semantic_codebook_output.weight",
-        |head| {
-            let end = END_AUDIO_CODE as usize;
-            head.zero(end);
-            head.mirror(end + 1..head.rows);
-        },
-    )
+    edit_rows(weights, keys::SEMANTIC_HEAD, |head| {
+        let end = END_AUDIO_CODE as usize;
+        head.zero(end);
+        head.mirror(end + 1..head.rows);
+    })
 }
 
 /// Writes a complete random model folder to `out`.

@@ -28,6 +28,7 @@ impl ModelFamily for XttsFamily {
         layout: "XTTS-v2: config.json with model xtts, vocab.json, and the model.safetensors \
                  that `voxtral-tts convert` writes from model.pth",
         published_name: Some("coqui/XTTS-v2"),
+        openai_voices: &super::catalog::OPENAI_VOICES,
         bench: Bench::Engine {
             weight_bytes_per_frame: None,
         },
@@ -37,6 +38,7 @@ impl ModelFamily for XttsFamily {
             sources: &[
                 include_str!("testkit/mod.rs"),
                 include_str!("testkit/vocoder.rs"),
+                include_str!("keys.rs"),
             ],
         },
     };

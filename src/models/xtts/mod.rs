@@ -20,6 +20,7 @@ pub mod gpt;
 pub mod gpt_config;
 pub mod hifigan;
 pub mod hifigan_stream;
+pub mod keys;
 mod layers;
 pub mod reference_audio;
 pub mod speaker_encoder;

@@ -12,6 +12,7 @@
 pub mod vocab;
 pub mod vocoder;
 
+use super::keys;
 use crate::nn::safetensors_writer::{self, TensorSpec};
 use crate::testkit::endless::edit_rows;
 use crate::testkit::{cached_folder, rng_for, write_safetensors, Init, Spec, Stored, TestModel};
@@ -290,7 +291,7 @@ fn gpt_specs(dims: &Dims, text_tokens: usize) -> Vec<Spec> {
     t.layer_norm("gpt.final_norm", d);
     t.linear("gpt.text_head", text_tokens, d, true);
     t.add(
-        "gpt.mel_head.weight".into(),
+        format!("{}.{}.weight", keys::GPT, keys::MEL_HEAD),
         &[audio_tokens, d],
         Init::LoudRow {
             fan_in: d,
@@ -299,7 +300,11 @@ fn gpt_specs(dims: &Dims, text_tokens: usize) -> Vec<Spec> {
             gain: STOP_ROW_GAIN,
         },
     );
-    t.add("gpt.mel_head.bias".into(), &[audio_tokens], BIAS);
+    t.add(
+        format!("{}.{}.bias", keys::GPT, keys::MEL_HEAD),
+        &[audio_tokens],
+        BIAS,
+    );
 
     t.pointwise_conv("gpt.conditioning_encoder.init", d, MELS);
     for block in 0..CONDITIONING_BLOCKS {
@@ -481,8 +486,9 @@ pub fn cached_endless_test_model(seed: u64) -> Result<PathBuf> {
 /// logit far below every other code's, so neither greedy decoding nor top-k/top-p sampling
 /// picks it.
 pub fn never_stop_audio(weights: &Path, stop: usize) -> Result<()> {
-    edit_rows(weights, "gpt.mel_head.weight", |head| head.zero(stop))?;
-    edit_rows(weights, "gpt.mel_head.bias", |bias| {
+    let head = format!("{}.{}", keys::GPT, keys::MEL_HEAD);
+    edit_rows(weights, &format!("{head}.weight"), |head| head.zero(stop))?;
+    edit_rows(weights, &format!("{head}.bias"), |bias| {
         bias.set(stop, -1e4);
     })
 }
