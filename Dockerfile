@@ -17,10 +17,10 @@ COPY scripts/setup.sh scripts/setup.sh
 RUN scripts/setup.sh --libtorch-only
 COPY . .
 # The binary's rpath points at /opt/voxtral/py/torch/lib: the runtime stage keeps that path.
-# Without the `testmodel` feature: the image serves real weights and carries no random
-# checkpoint generator (make-test-model, bench).
+# The default features (no `testkit`): the image serves real weights and carries no random
+# checkpoint generator (make-test-model).
 RUN eval "$(scripts/setup.sh --env --libtorch-only)" \
-    && cargo build --release --locked --no-default-features --features aac \
+    && cargo build --release --locked --bin voxtral-tts \
     && install -D target/release/voxtral-tts /opt/voxtral/bin/voxtral-tts
 
 FROM ${CUDA_IMAGE}

@@ -20,9 +20,11 @@ serve:
 
 # Benches are compiled (not run) first, and the AVX2 run comes before the whole suite, so
 # the run ends on cargo test's summary.
+# The tests and benches need the random checkpoints: the feature `testkit` (off in the
+# server's build), which also builds `make-test-model`.
 test:
-	$(ENV) scripts/lint-docker.sh && cargo test --benches --no-run && \
-	  $(AVX2_TESTS) && cargo test --lib --bins --tests
+	$(ENV) scripts/lint-docker.sh && cargo test --features testkit --benches --no-run && \
+	  $(AVX2_TESTS) && cargo test --features testkit --lib --bins --tests
 
 # The tests whose results could depend on the CPU's instructions (kernel variant, libtorch's,
 # oneDNN's and MKL's code paths), run as on a CPU with AVX2 and FMA but no AVX-512, whatever
@@ -30,8 +32,8 @@ test:
 # with the reference, and the server's tests that count frames or need a long request.
 # `make test` runs them too.
 AS_AVX2 := VOXTRAL_CPU_KERNEL=avx2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
-AVX2_TESTS := $(AS_AVX2) cargo test --lib tensor:: && \
-  $(AS_AVX2) cargo test --test it -- batching:: parity:: server::
+AVX2_TESTS := $(AS_AVX2) cargo test --features testkit --lib tensor:: && \
+  $(AS_AVX2) cargo test --features testkit --test it -- batching:: parity:: server::
 test-avx2:
 	$(ENV) $(AVX2_TESTS)
 
@@ -39,11 +41,19 @@ test-avx2:
 test-aarch64:
 	scripts/test-aarch64.sh
 
+# Both builds: the server's, and the one with the tests' `testkit`.
 lint:
-	$(ENV) cargo fmt --all -- --check && cargo clippy --all-targets -- -D warnings
+	$(ENV) cargo fmt --all -- --check && cargo clippy --all-targets -- -D warnings && \
+	  cargo clippy --all-targets --features testkit -- -D warnings
 
+# `bench` on the tiny random checkpoint, made once by `make-test-model`.
+TINY := target/test-models/tiny-0
 bench:
-	$(ENV) cargo run --release -- bench --preset tiny
+	$(ENV) cargo build --release --bin voxtral-tts && \
+	  cargo build --release --features testkit --bin make-test-model && \
+	  { [[ -f $(TINY)/consolidated.safetensors ]] || \
+	    target/release/make-test-model --preset tiny --out $(TINY); } && \
+	  target/release/voxtral-tts bench --model $(TINY)
 
 # HTTP load: 1, 4 and 8 streaming clients against the server, beside the reference.
 # make bench-load [ARGS="--preset full --dtype bf16 --max-frames 16"]
@@ -59,9 +69,9 @@ soak:
 # PyPI with a patched mlx-sys; scripts/setup-mlx.sh installs both (idempotent).
 MLX := scripts/setup-mlx.sh cargo
 test-mlx:
-	$(ENV) $(MLX) clippy --features mlx --all-targets -- -D warnings && \
-	  $(MLX) test --features mlx --lib --bins && \
-	  $(MLX) test --features mlx --test it -- parity_mlx:: batching:: server_mlx::
+	$(ENV) $(MLX) clippy --features mlx,testkit --all-targets -- -D warnings && \
+	  $(MLX) test --features mlx,testkit --lib --bins && \
+	  $(MLX) test --features mlx,testkit --test it -- parity_mlx:: batching:: server_mlx::
 
 # cargo-fuzz targets (fuzz/), one after another, FUZZ_SECS each (default 600): make fuzz [FUZZ_SECS=60]
 # [FUZZ_TARGETS="tokenizer text"]. Results of the last long run: docs/reliability.md.

@@ -5,9 +5,9 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;
+use voxtral_tts::models::voxtral_tts::testkit::{cached_test_model, Preset};
 use voxtral_tts::models::voxtral_tts::{Noise, SynthesisRequest, Voxtral};
 use voxtral_tts::tensor::{tch_backend::TchTensor, DType};
-use voxtral_tts::testmodel::{cached_test_model, Preset};
 
 fn tokenizer(c: &mut Criterion) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".deps/ref/tekken_240911.json");

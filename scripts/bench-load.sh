@@ -30,7 +30,10 @@ cargo build --release -q
 BIN=target/release/voxtral-tts
 if [[ -z $MODEL ]]; then
   MODEL=target/test-models/$PRESET-0
-  [[ -f $MODEL/consolidated.safetensors ]] || $BIN make-test-model --out "$MODEL" --preset "$PRESET" >&2
+  if [[ ! -f $MODEL/consolidated.safetensors ]]; then
+    cargo build --release -q --features testkit --bin make-test-model
+    target/release/make-test-model --out "$MODEL" --preset "$PRESET" >&2
+  fi
 fi
 LOG=$(mktemp)
 trap 'kill "$SERVER" 2>/dev/null || true; rm -f "$LOG"' EXIT

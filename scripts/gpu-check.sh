@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The checks that need an NVIDIA GPU (the build machine and CI have none), for a person or a
-# session with one. Run it on the GPU machine with a CUDA build of the binary
-# (`VOXTRAL_CUDA=1 scripts/setup.sh --build-only`, then `cargo build --release` in that
-# environment; `../shared/docs/gpu.md` says how to carry it there):
+# session with one. Run it on the GPU machine with a CUDA build of the binaries
+# (`VOXTRAL_CUDA=1 scripts/setup.sh --build-only`, then `cargo build --release` and
+# `cargo build --release --features testkit --bin make-test-model` in that environment;
+# `../shared/docs/gpu.md` says how to carry them there):
 #
 #   scripts/gpu-check.sh [BINARY] [OUT]    (defaults: target/release/voxtral-tts, target/gpu-check)
+#
+# `make-test-model` is read beside BINARY.
 #
 #   1. correctness: CUDA f32 gives the CPU's codes on the tiny presets (noise 0, 40 frames);
 #   2. batched equals alone on CUDA in f32 (`bench --dtype f32 --batch 8,32`);
@@ -29,6 +32,8 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$(realpath "${1:-$ROOT/target/release/voxtral-tts}")
 [[ -x $BIN ]] || { echo "gpu-check: no binary at $BIN" >&2; exit 2; }
+MAKE_TEST_MODEL=$(dirname "$BIN")/make-test-model
+[[ -x $MAKE_TEST_MODEL ]] || { echo "gpu-check: no make-test-model beside $BIN" >&2; exit 2; }
 OUT=$(mkdir -p "${2:-$ROOT/target/gpu-check}" && realpath "${2:-$ROOT/target/gpu-check}")
 MODELS=${VOXTRAL_GPU_CHECK_MODELS:-$OUT/models}
 CHECKS=${CHECKS:-1 2 3 4 5 6}
@@ -48,7 +53,7 @@ say "binary: $BIN ($("$BIN" --version))"
 
 for preset in tiny tiny-odd full; do
   [[ -f $MODELS/$preset/params.json ]] ||
-    "$BIN" make-test-model --preset $preset --out "$MODELS/$preset" >/dev/null ||
+    "$MAKE_TEST_MODEL" --preset $preset --out "$MODELS/$preset" >/dev/null ||
     fail "make-test-model --preset $preset"
 done
 

@@ -20,7 +20,10 @@ eval "$(scripts/setup.sh --env)"
 cargo build --release -q
 BIN=target/release/voxtral-tts
 MODEL=target/test-models/tiny-0
-[[ -f $MODEL/consolidated.safetensors ]] || $BIN make-test-model --out "$MODEL" --preset tiny >&2
+if [[ ! -f $MODEL/consolidated.safetensors ]]; then
+  cargo build --release -q --features testkit --bin make-test-model
+  target/release/make-test-model --out "$MODEL" --preset tiny >&2
+fi
 LOG=$(mktemp)
 trap 'kill "$SERVER" 2>/dev/null || true; rm -f "$LOG"' EXIT
 VOXTRAL_DTYPE=$DTYPE VOXTRAL_THREADS=1 $BIN serve --model "$MODEL" --port 0 2>"$LOG" &

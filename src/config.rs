@@ -3,7 +3,7 @@
 
 use crate::device::DeviceChoice;
 use crate::engine::CudaGraphs;
-use crate::models::detect_family;
+use crate::models::registry;
 use crate::tensor::quantized::{parse_quantize, QuantFormat};
 use crate::tensor::DType;
 use figment::providers::{Env, Format, Serialized, Toml};
@@ -254,8 +254,8 @@ impl ServerConfig {
             .enumerate()
             .map(|(i, dir)| {
                 let published = || {
-                    let family = detect_family(dir).ok()?;
-                    (i == 0).then(|| family.published_name())?
+                    let family = registry::detect(dir).ok()?;
+                    (i == 0).then_some(family.published_name)?
                 };
                 let id = self
                     .model_id

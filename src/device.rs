@@ -3,7 +3,7 @@
 #[cfg(feature = "mlx")]
 use crate::tensor::mlx_backend::{MlxDevice, MlxTensor};
 use crate::tensor::tch_backend::TchTensor;
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 use std::str::FromStr;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,6 +124,15 @@ impl DeviceChoice {
                 }
             )),
         }
+    }
+}
+
+/// `--dtype bf16|f32`: the compute dtype.
+pub fn parse_dtype(s: &str) -> Result<DType, String> {
+    match s {
+        "bf16" => Ok(DType::BF16),
+        "f32" => Ok(DType::F32),
+        _ => Err(format!("unknown dtype {s:?}: expected bf16 or f32")),
     }
 }
 

@@ -8,7 +8,7 @@
 use libfuzzer_sys::fuzz_target;
 use voxtral_tts::models::voxtral_tts::catalog::example_card;
 use voxtral_tts::server::parse_speech_body;
-use voxtral_tts::testmodel::PRESET_VOICES;
+use voxtral_tts::models::voxtral_tts::testkit::PRESET_VOICES;
 
 fuzz_target!(|data: &[u8]| {
     let model = example_card(&PRESET_VOICES);

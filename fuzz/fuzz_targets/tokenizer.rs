@@ -13,7 +13,7 @@ use libfuzzer_sys::fuzz_target;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use voxtral_tts::testmodel::write_test_tekken;
+use voxtral_tts::testkit::tekken::write_test_tekken;
 use voxtral_tts::tokenizers::tekken::Tekken;
 
 struct Vocab {

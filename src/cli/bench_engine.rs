@@ -1,30 +1,48 @@
-//! `voxtral-tts bench` on a family other than Voxtral TTS (Qwen3-TTS, XTTS-v2), through the
-//! engine interface, as the server's worker drives it: first audio (prefill, then frames
-//! until their decode gives samples), the batched step at each `--batch` size, the decoder's time per frame, and the
-//! weight-read floor of a frame.
+//! `voxtral-tts bench` through the engine interface, for the speaking families without a bench
+//! of their own (`models::registry::Bench::Engine`), as the server's worker drives them:
+//! first audio (prefill, then frames until their decode gives samples), the batched step at
+//! each `--batch` size, the decoder's time per frame, and the weight-read floor of a frame
+//! where the family counts the bytes it reads.
 
-use super::bench::{ms, read_bandwidth, BenchArgs};
+use crate::bench::{ms, read_bandwidth, BenchArgs};
 use crate::device::OnBackend;
 use crate::engine::{
     prepare_speech, Conditioning, EngineOptions, Sampling, SpeechInput, SpeechSession,
     TextToSpeech, WithEngine,
 };
-use crate::models::load_tts;
+use crate::models::registry::{load_tts, WeightBytes};
 use crate::tensor::tch_backend::TchTensor;
 use crate::tensor::Tensor;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-pub fn run(args: &BenchArgs, dir: PathBuf) -> Result<()> {
+/// Times the folder `dir`; `weight_bytes_per_frame` counts what a frame reads, where the
+/// family can.
+pub fn run(
+    args: &BenchArgs,
+    dir: &Path,
+    weight_bytes_per_frame: Option<WeightBytes>,
+) -> Result<()> {
+    anyhow::ensure!(
+        args.json.is_none(),
+        "bench --json is not written for this family's folders"
+    );
+    let dir = dir.to_path_buf();
+    let bench = EngineBench {
+        args,
+        dir,
+        weight_bytes_per_frame,
+    };
     args.device
-        .run(args.threads.unwrap_or(0), EngineBench { args, dir })
+        .run(args.threads.unwrap_or(0), bench)
         .map_err(anyhow::Error::msg)?
 }
 
 struct EngineBench<'a> {
     args: &'a BenchArgs,
     dir: PathBuf,
+    weight_bytes_per_frame: Option<WeightBytes>,
 }
 
 impl OnBackend for EngineBench<'_> {
@@ -42,6 +60,7 @@ impl OnBackend for EngineBench<'_> {
         let timed = Timed {
             args: self.args,
             dir: &self.dir,
+            weight_bytes_per_frame: self.weight_bytes_per_frame,
             started,
             threads: if T::BACKEND == TchTensor::BACKEND {
                 usize::try_from(tch::get_num_threads()).unwrap_or(1).max(1)
@@ -57,6 +76,7 @@ impl OnBackend for EngineBench<'_> {
 struct Timed<'a> {
     args: &'a BenchArgs,
     dir: &'a Path,
+    weight_bytes_per_frame: Option<WeightBytes>,
     started: Instant,
     threads: usize,
 }
@@ -175,7 +195,11 @@ impl WithEngine for Timed<'_> {
                 );
             }
         }
-        if let Some(bytes) = qwen3_weight_bytes_per_frame(self.dir)? {
+        let bytes = match self.weight_bytes_per_frame {
+            Some(count) => count(self.dir)?,
+            None => None,
+        };
+        if let Some(bytes) = bytes {
             let read = read_bandwidth(self.threads);
             let floor = bytes / read * 1e3;
             println!(
@@ -188,35 +212,4 @@ impl WithEngine for Timed<'_> {
         }
         Ok(())
     }
-}
-
-/// Bytes of weights a Qwen3-TTS frame reads, as stored: the talker's layers and codec head
-/// once, the code predictor's layers (and its input projection) once per codebook pass (15),
-/// and one of its 15 heads per pass. Embedding tables are gathered, not read. `None` for
-/// other folders.
-fn qwen3_weight_bytes_per_frame(dir: &Path) -> Result<Option<f64>> {
-    let path = dir.join("model.safetensors");
-    if !dir.join("speech_tokenizer").is_dir() || !path.exists() {
-        return Ok(None);
-    }
-    let file = std::fs::File::open(&path).with_context(|| path.display().to_string())?;
-    // SAFETY: read-only map of a checkpoint nobody writes while the bench runs.
-    let mmap = unsafe { memmap2::Mmap::map(&file) }?;
-    let (_, metadata) = safetensors::SafeTensors::read_metadata(&mmap)?;
-    let (mut once, mut per_pass, mut heads) = (0usize, 0usize, 0usize);
-    for (name, info) in metadata.tensors() {
-        let bytes = info.data_offsets.1 - info.data_offsets.0;
-        if name.starts_with("talker.code_predictor.lm_head.") {
-            heads += bytes;
-        } else if name.starts_with("talker.code_predictor.model.layers.")
-            || name.starts_with("talker.code_predictor.small_to_mtp_projection.")
-        {
-            per_pass += bytes;
-        } else if name.starts_with("talker.model.layers.") || name.starts_with("talker.codec_head.")
-        {
-            once += bytes;
-        }
-    }
-    // 15 passes, each reading one head.
-    Ok(Some((once + 15 * per_pass + heads) as f64))
 }

@@ -1,11 +1,7 @@
 //! The `voxtral-tts` command line.
 
-#[cfg(feature = "testmodel")]
 mod bench;
-#[cfg(feature = "testmodel")]
 mod bench_engine;
-#[cfg(feature = "testmodel")]
-mod bench_stt;
 mod convert;
 mod download;
 mod load;
@@ -14,11 +10,6 @@ mod serve;
 mod synth;
 mod transcribe;
 
-#[cfg(feature = "testmodel")]
-use crate::testmodel::{
-    make_any_test_model, make_qwen3_published_size_model, make_stt_published_size_model, AnyPreset,
-    Preset,
-};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,7 +18,7 @@ use std::process::ExitCode;
 #[command(
     name = "voxtral-tts",
     version,
-    about = "Voxtral-4B-TTS speech synthesis"
+    about = "OpenAI-compatible speech server: text to speech and speech to text"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -40,7 +31,7 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Synthesize speech to a WAV file (16-bit PCM, mono, 24 kHz).
     Synth(synth::SynthArgs),
-    /// Transcribe an audio file with a Voxtral Realtime folder (prints the text).
+    /// Transcribe an audio file with a speech-to-text model folder (prints the text).
     Transcribe(transcribe::TranscribeArgs),
     /// List the preset voices of a model folder.
     Voices {
@@ -48,10 +39,9 @@ enum Command {
         #[arg(long)]
         model: PathBuf,
     },
-    /// Time the engine per frame (backbone, flow head, codec); on a speech-to-text folder,
-    /// offline transcription and live steps.
-    #[cfg(feature = "testmodel")]
-    Bench(bench::BenchArgs),
+    /// Time the engine per frame (for Voxtral TTS: backbone, flow head, codec) and per
+    /// batched step; on a speech-to-text folder, offline transcription and live steps.
+    Bench(crate::bench::BenchArgs),
     /// Drive a running server with N concurrent streaming clients: frames/s, real-time
     /// factor, time to first audio.
     Load(load::LoadArgs),
@@ -63,20 +53,6 @@ enum Command {
     /// Write a model folder with its large linear weights in 8 or 4 bits (q8, q4), read in
     /// place by the server.
     Quantize(quantize::QuantizeArgs),
-    /// Write a random checkpoint in the published layout (for tests and benchmarks).
-    #[cfg(feature = "testmodel")]
-    MakeTestModel {
-        #[arg(long)]
-        out: PathBuf,
-        #[arg(long, value_enum)]
-        preset: AnyPreset,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Qwen3-TTS and stt-tiny presets: keep the published folder's sizes instead of
-        /// shrinking them (benchmarks; 1.8 to 3.9 GB for Qwen3-TTS, 8.9 GB for stt-tiny).
-        #[arg(long)]
-        published_size: bool,
-    },
 }
 
 pub fn main() -> ExitCode {
@@ -96,29 +72,11 @@ pub fn main() -> ExitCode {
         Command::Synth(args) => synth::run(args),
         Command::Transcribe(args) => transcribe::run(args),
         Command::Voices { model } => synth::list_voices(&model),
-        #[cfg(feature = "testmodel")]
         Command::Bench(args) => bench::run(args),
         Command::Load(args) => load::run(args),
         Command::Download(args) => download::run(args),
         Command::Convert(args) => convert::run(args),
         Command::Quantize(args) => quantize::run(args),
-        #[cfg(feature = "testmodel")]
-        Command::MakeTestModel {
-            out,
-            preset,
-            seed,
-            published_size,
-        } => match (preset, published_size) {
-            (AnyPreset::Qwen3(p), true) => make_qwen3_published_size_model(&out, p, seed),
-            (AnyPreset::Voxtral(Preset::SttTiny), true) => {
-                make_stt_published_size_model(&out, seed)
-            }
-            (_, true) => Err(anyhow::anyhow!(
-                "--published-size is for the qwen3-* and stt-tiny presets; Voxtral TTS has \
-                 `--preset full`"
-            )),
-            (preset, false) => make_any_test_model(&out, preset, seed),
-        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

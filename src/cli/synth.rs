@@ -2,7 +2,7 @@
 
 use crate::audio::input::{decode_to_rate, DecodeLimits};
 use crate::audio::{encode_audio, AudioFormat};
-use crate::device::DeviceChoice;
+use crate::device::{parse_dtype, DeviceChoice};
 use crate::engine::{
     prepare_speech, Conditioning, CudaGraphs, CustomVoice, EngineOptions, Sampling, SpeechInput,
 };
@@ -97,14 +97,6 @@ pub struct SynthArgs {
     /// {"segments": [{"text", "prompt_ids", "codes"}, ...]} to this JSON file.
     #[arg(long)]
     dump_codes: Option<PathBuf>,
-}
-
-pub fn parse_dtype(s: &str) -> Result<DType, String> {
-    match s {
-        "bf16" => Ok(DType::BF16),
-        "f32" => Ok(DType::F32),
-        _ => Err(format!("unknown dtype {s:?}: expected bf16 or f32")),
-    }
 }
 
 /// The model of `dir` on its own inference worker (the server's), once loaded.

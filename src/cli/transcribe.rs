@@ -1,12 +1,11 @@
-//! `voxtral-tts transcribe`: speech to text with a Voxtral Realtime folder, offline (the whole
-//! file at once, greedy).
+//! `voxtral-tts transcribe`: speech to text with a speech-to-text model folder, offline (the
+//! whole file at once, greedy).
 
-use super::synth::parse_dtype;
-use crate::audio::input::{decode_to_rate, DecodeLimits};
-use crate::device::{DeviceChoice, OnBackend};
-use crate::models::voxtral_realtime::params::Config;
-use crate::models::voxtral_realtime::transcriber::{Transcriber, Transcript};
-use crate::models::{detect_family, Family};
+use crate::audio::input::{decode, DecodeLimits, DecodedAudio};
+use crate::device::{parse_dtype, DeviceChoice, OnBackend};
+use crate::engine::stt::{SpeechToText, TranscriberOptions, WithTranscriber};
+use crate::engine::CudaGraphs;
+use crate::models::registry::{self, load_stt, Task};
 use crate::tensor::quantized::{parse_quantize, QuantFormat};
 use crate::tensor::{DType, Tensor};
 use anyhow::{bail, Context, Result};
@@ -20,7 +19,8 @@ const MAX_INPUT_DURATION: Duration = Duration::from_secs(3600);
 
 #[derive(clap::Args)]
 pub struct TranscribeArgs {
-    /// Voxtral Realtime model folder (params.json, consolidated.safetensors, tekken.json).
+    /// Speech-to-text model folder (Voxtral Realtime: params.json, consolidated.safetensors,
+    /// tekken.json).
     #[arg(long)]
     model: PathBuf,
     /// Audio file: WAV, MP3, FLAC, Ogg (Opus, Vorbis, FLAC) or WebM, at any sample rate.
@@ -42,56 +42,81 @@ pub struct TranscribeArgs {
 
 /// Prints the text of `--input` on stdout.
 pub fn run(args: TranscribeArgs) -> Result<()> {
-    match detect_family(&args.model)? {
-        Family::VoxtralRealtime => {}
-        Family::VoxtralTts | Family::Qwen3Tts | Family::Xtts => bail!(
-            "{} is a text-to-speech model folder; transcribe needs a Voxtral Realtime one",
+    if registry::detect(&args.model)?.task != Task::Transcribe {
+        bail!(
+            "{} is a text-to-speech model folder; transcribe needs a speech-to-text one",
             args.model.display()
-        ),
+        );
     }
-    let config = Config::load(&args.model)?;
     let bytes =
         std::fs::read(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
     let limits = DecodeLimits::new(MAX_INPUT_BYTES, MAX_INPUT_DURATION);
-    let audio = decode_to_rate(&bytes, config.mel.sample_rate, &limits)
-        .with_context(|| format!("decoding {}", args.input.display()))?;
+    let audio =
+        decode(&bytes, &limits).with_context(|| format!("decoding {}", args.input.display()))?;
     let job = Transcribe {
         dir: &args.model,
-        audio: &audio.samples,
-        positions: config.streaming.offline_positions(audio.samples.len()),
+        input: &args.input,
+        audio,
         dtype: args.dtype,
         quantize: args.quantize,
     };
-    let transcript = args.device.run(0, job).map_err(anyhow::Error::msg)??;
+    let (tokens, text) = args.device.run(0, job).map_err(anyhow::Error::msg)??;
     if let Some(path) = &args.dump_tokens {
-        let json = serde_json::json!({ "tokens": transcript.tokens });
+        let json = serde_json::json!({ "tokens": tokens });
         std::fs::write(path, serde_json::to_string(&json)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    println!("{}", transcript.text);
+    println!("{text}");
     Ok(())
 }
 
 /// Loading and transcription on the chosen backend, sized for this input.
 struct Transcribe<'a> {
     dir: &'a Path,
-    audio: &'a [f32],
-    positions: usize,
+    input: &'a Path,
+    /// At the file's own rate: resampled to the model's once it is loaded.
+    audio: DecodedAudio,
     dtype: DType,
     quantize: Option<QuantFormat>,
 }
 
-impl OnBackend for Transcribe<'_> {
-    type Output = Result<Transcript>;
+/// Room for the resampler's rounding when the model's rate is not the file's.
+const RESAMPLING_ROOM_SECONDS: f64 = 1.0;
 
-    fn run<T: Tensor>(self, device: &T::Device) -> Result<Transcript> {
-        let model = Transcriber::<T>::load_quantized(
-            self.dir,
-            device,
-            self.dtype,
-            self.positions,
-            self.quantize,
-        )?;
-        Ok(model.transcribe(self.audio)?)
+impl OnBackend for Transcribe<'_> {
+    /// The tokens and their text.
+    type Output = Result<(Vec<u32>, String)>;
+
+    fn run<T: Tensor>(self, device: &T::Device) -> Self::Output {
+        let options = TranscriberOptions {
+            max_audio_seconds: self.audio.duration().as_secs_f64() + RESAMPLING_ROOM_SECONDS,
+            quantize: self.quantize,
+            cuda_graphs: CudaGraphs::Off,
+        };
+        let offline = Offline {
+            input: self.input,
+            audio: self.audio,
+        };
+        load_stt::<T, _>(self.dir, device, self.dtype, options, offline)?
+    }
+}
+
+/// The whole file transcribed at once.
+struct Offline<'a> {
+    input: &'a Path,
+    audio: DecodedAudio,
+}
+
+impl WithTranscriber for Offline<'_> {
+    type Output = Result<(Vec<u32>, String)>;
+
+    fn run<E: SpeechToText>(self, engine: E) -> Self::Output {
+        let audio = self
+            .audio
+            .resampled(engine.card().sample_rate)
+            .with_context(|| format!("decoding {}", self.input.display()))?;
+        let tokens = engine.transcribe(&audio.samples)?;
+        let text = engine.text(&tokens);
+        Ok((tokens, text))
     }
 }

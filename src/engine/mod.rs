@@ -9,10 +9,14 @@
 //!   [`SpeechSession`] from a prepared segment and advances a batch of sessions one frame per
 //!   step, then decodes their frames to PCM.
 //!
-//! Each family lives in its own folder under `crate::models`, which also detects the family
-//! of a model folder.
+//! A speech-to-text family implements [`stt::SpeechToText`] (uploads and live streams in
+//! shared batched steps), and a cloning family a [`voice::VoiceEncoder`].
+//!
+//! Each family lives in its own folder under `crate::models`, and is listed in
+//! `crate::models::registry`, which detects the family of a model folder and loads it.
 
 pub mod prepare;
+pub mod stt;
 pub mod voice;
 
 pub use prepare::{

@@ -5,9 +5,9 @@
 //! quantize when the model is loaded with `quantize` set (recorded by
 //! `nn::quantized_keys`), so a stored folder and one quantized at load hold the same bytes.
 
-use super::voxtral_realtime::transcriber::Transcriber;
-use super::{detect_family, load_tts, Family};
-use crate::engine::{EngineOptions, TextToSpeech, WithEngine};
+use super::registry::{self, Task};
+use crate::engine::stt::{SpeechToText, TranscriberOptions, WithTranscriber};
+use crate::engine::{CudaGraphs, EngineOptions, TextToSpeech, WithEngine};
 use crate::nn::checkpoint::raw_to_f32;
 use crate::nn::quantized_keys::{self, Quantized};
 use crate::nn::safetensors_writer::{write_safetensors, TensorSpec};
@@ -159,20 +159,28 @@ fn weights_to_quantize(model: &Path, format: QuantFormat) -> Result<Vec<Quantize
         type Output = ();
         fn run<E: TextToSpeech>(self, _engine: E) {}
     }
+    impl WithTranscriber for Drop {
+        type Output = ();
+        fn run<E: SpeechToText>(self, _engine: E) {}
+    }
     let device = tch::Device::Cpu;
-    let (loaded, weights) = quantized_keys::recording(|| match detect_family(model)? {
-        Family::VoxtralRealtime => {
-            Transcriber::<TchTensor>::load_quantized(model, &device, DType::BF16, 64, Some(format))
-                .map(|_| ())
+    let (loaded, weights) = quantized_keys::recording(|| match registry::detect(model)?.task {
+        Task::Transcribe => {
+            let options = TranscriberOptions {
+                max_audio_seconds: 1.0,
+                quantize: Some(format),
+                cuda_graphs: CudaGraphs::Off,
+            };
+            registry::load_stt::<TchTensor, _>(model, &device, DType::BF16, options, Drop)
         }
-        _ => {
+        Task::Speak => {
             let options = EngineOptions {
                 max_sessions: 1,
                 kv_cache_bytes: 64 << 20,
                 quantize: Some(format),
                 ..EngineOptions::default()
             };
-            load_tts::<TchTensor, _>(model, &device, DType::BF16, options, Drop)
+            registry::load_tts::<TchTensor, _>(model, &device, DType::BF16, options, Drop)
         }
     });
     loaded.with_context(|| format!("loading {}", model.display()))?;

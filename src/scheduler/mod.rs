@@ -8,8 +8,10 @@
 //! - `active`: one running job's state (segments, streaming chunks, its end).
 //! - `outbox`: a job's audio and end, sent in order whichever thread decodes them.
 //! - `voice_encoding`: a cloning model's encoders on a thread of their own (custom voices).
+//! - `transcription`: speech to text's worker, its queue and live sessions.
 //!
-//! It names no model: it drives any `crate::engine::TextToSpeech`.
+//! It names no model: it drives any `crate::engine::TextToSpeech` or
+//! `crate::engine::stt::SpeechToText`, loaded through `crate::models::registry`.
 
 mod active;
 pub mod job;

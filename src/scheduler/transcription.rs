@@ -1,18 +1,21 @@
-//! Speech to text's worker: one thread loads a Voxtral Realtime folder and owns it (and its
-//! libtorch context). Whole utterances come through a bounded queue, live sessions
-//! (`live`) through the same inbox; the worker advances all of them together, one batched
-//! decode step at a time ([`BatchDecoder`]): each step decodes one position of the running
-//! utterance and of every live item with a position ready (80 ms of new audio), and sends
-//! their new text as it is decoded. Utterances run one at a time, beside the live items.
+//! Speech to text's worker: one thread loads a speech-to-text folder and owns it (and its
+//! libtorch context), through the engine interface ([`SpeechToText`]). Whole utterances come
+//! through a bounded queue, live sessions (`live`) through the same inbox; the worker advances
+//! all of them together, one batched decode step at a time ([`TranscriptionBatch`]): each step
+//! decodes one position of the running utterance and of every live item with a position
+//! ready, and sends their new text as it is decoded. Utterances run one at a time, beside the
+//! live items.
 
 pub mod live;
 
 use crate::device::{DeviceChoice, OnBackend};
+use crate::engine::stt::{
+    SpeechToText, TimedText, TranscriberCard, TranscriberOptions, TranscriptionBatch, Utterance,
+    WithTranscriber,
+};
+use crate::engine::CudaGraphs;
 use crate::models::quantize::weight_format;
-use crate::models::voxtral_realtime::batch::{BatchDecoder, Utterance};
-use crate::models::voxtral_realtime::params::Config;
-use crate::models::voxtral_realtime::timing::{token_seconds, words, TimedText};
-use crate::models::voxtral_realtime::transcriber::{Transcriber, Transcript};
+use crate::models::registry;
 use crate::tensor::quantized::QuantFormat;
 use crate::tensor::{DType, Tensor};
 use live::{LiveCommand, LiveSessions, LiveStreams};
@@ -24,6 +27,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
+
 pub struct TranscriptionSettings {
     pub model_id: String,
     pub model_dir: PathBuf,
@@ -39,19 +43,7 @@ pub struct TranscriptionSettings {
     pub max_live_sessions: usize,
     /// How the large linear weights are stored.
     pub quantize: Option<QuantFormat>,
-}
-
-/// What clients may know of a loaded speech-to-text model.
-#[derive(Clone, Debug)]
-pub struct TranscriberCard {
-    pub family: &'static str,
-    /// Of the audio the model reads; requests are resampled to it.
-    pub sample_rate: u32,
-    /// Audio per decoded token (1280: 80 ms).
-    pub samples_per_token: usize,
-    pub max_audio_seconds: f64,
-    /// How its large linear weights are multiplied: `q8`, `q4`, or the compute dtype.
-    pub weights: String,
+    pub cuda_graphs: CudaGraphs,
 }
 
 pub enum TranscriberState {
@@ -98,7 +90,7 @@ pub mod metric_names {
     pub const REAL_TIME_FACTOR: &str = "transcription_real_time_factor";
     /// Histogram, per piece of text sent: seconds from the arrival of the speech it
     /// transcribes (for an upload, the upload) to the text going out. Live, that includes the
-    /// model's delay (480 ms), its 80 ms framing and the wait for the step.
+    /// model's delay, its framing (the audio per token) and the wait for the step.
     pub const SPEECH_TO_TEXT: &str = "transcription_speech_to_text_seconds";
     /// Gauge (label `model` only): live sessions open.
     pub const LIVE_SESSIONS: &str = "transcription_live_sessions";
@@ -218,41 +210,49 @@ impl OnBackend for Worker<'_> {
 
     fn run<T: Tensor>(self, device: &T::Device) {
         let s = &self.settings;
-        let loaded = Config::load(&s.model_dir)
-            .map_err(|e| e.to_string())
-            .and_then(|config| {
-                let samples = (s.max_audio_seconds * f64::from(config.mel.sample_rate)).ceil();
-                let positions = config.streaming.offline_positions(samples as usize);
-                Transcriber::<T>::load_quantized(
-                    &s.model_dir,
-                    device,
-                    s.dtype,
-                    positions,
-                    s.quantize,
-                )
-                .map_err(|e| e.to_string())
-            });
-        let model = match loaded {
-            Ok(model) => model,
-            Err(message) => {
-                tracing::error!(model = %s.model_id, "loading failed: {message}");
-                self.state.send_replace(TranscriberState::Failed(message));
-                return;
-            }
+        let options = TranscriberOptions {
+            max_audio_seconds: s.max_audio_seconds,
+            quantize: s.quantize,
+            cuda_graphs: s.cuda_graphs,
         };
-        let sample_rate = model.config.mel.sample_rate;
-        self.state
-            .send_replace(TranscriberState::Ready(Arc::new(TranscriberCard {
-                family: "voxtral-realtime",
-                sample_rate,
-                samples_per_token: model.config.streaming.samples_per_token,
-                max_audio_seconds: s.max_audio_seconds,
-                weights: weight_format::<T>(&s.model_dir, device, s.dtype, s.quantize),
-            })));
-        tracing::info!(model = %s.model_id, "speech-to-text model loaded");
-        serve(&model, &self);
+        let serving = Serving {
+            weights: weight_format::<T>(&s.model_dir, device, s.dtype, s.quantize),
+            worker: &self,
+        };
+        if let Err(e) = registry::load_stt::<T, _>(&s.model_dir, device, s.dtype, options, serving)
+        {
+            let message = e.to_string();
+            tracing::error!(model = %s.model_id, "loading failed: {message}");
+            self.state.send_replace(TranscriberState::Failed(message));
+        }
     }
 }
+
+/// Hands the loaded engine to the worker's loop.
+struct Serving<'w, 'a> {
+    weights: String,
+    worker: &'w Worker<'a>,
+}
+
+impl WithTranscriber for Serving<'_, '_> {
+    type Output = ();
+
+    fn run<E: SpeechToText>(self, model: E) {
+        let card = TranscriberCard {
+            weights: self.weights,
+            ..model.card()
+        };
+        let worker = self.worker;
+        worker
+            .state
+            .send_replace(TranscriberState::Ready(Arc::new(card)));
+        tracing::info!(model = %worker.settings.model_id, "speech-to-text model loaded");
+        serve(&model, worker);
+    }
+}
+
+/// The utterances of a model's batch.
+type UtteranceOf<'m, E> = <<E as SpeechToText>::Batch<'m> as TranscriptionBatch>::Utterance;
 
 /// Inbox messages taken between two decode steps, at most.
 const MESSAGES_PER_STEP: usize = 256;
@@ -260,16 +260,17 @@ const MESSAGES_PER_STEP: usize = 256;
 /// The worker's loop: takes what arrived, starts the next utterance when none runs, and runs
 /// one decode step over everything that has a position to decode; waits for the inbox when
 /// nothing has.
-fn serve<T: Tensor>(model: &Transcriber<T>, worker: &Worker<'_>) {
+fn serve<'m, E: SpeechToText>(model: &'m E, worker: &Worker<'_>) {
     let id = &worker.settings.model_id;
     let label = || ("model", id.clone());
     let batch_size = metrics::gauge!(metric_names::BATCH_SIZE, &[label()]);
     let live_sessions = metrics::gauge!(metric_names::LIVE_SESSIONS, &[label()]);
     let job_metrics = TranscriptionMetrics::new(id, "transcriptions");
-    let mut decoder = BatchDecoder::new(model, worker.settings.max_live_sessions + 1);
+    let sample_rate = model.card().sample_rate;
+    let mut decoder = model.batch(worker.settings.max_live_sessions + 1);
     let mut live = LiveStreams::new(model, TranscriptionMetrics::new(id, "realtime"));
     let mut jobs = VecDeque::new();
-    let mut running: Option<RunningJob<T>> = None;
+    let mut running: Option<RunningJob<UtteranceOf<'m, E>>> = None;
     loop {
         let busy = live.utterances().any(|u| u.ready())
             || running.as_ref().is_some_and(|r| r.utterance.ready())
@@ -304,10 +305,10 @@ fn serve<T: Tensor>(model: &Transcriber<T>, worker: &Worker<'_>) {
         if running.is_none() {
             if let Some(job) = jobs.pop_front() {
                 worker.waiting.fetch_sub(1, Ordering::SeqCst);
-                running = RunningJob::start(model, &mut decoder, job, job_metrics.clone());
+                running = RunningJob::start(&mut decoder, job, job_metrics.clone());
             }
         }
-        let mut rows: Vec<&mut Utterance<T>> = live.utterances().collect();
+        let mut rows: Vec<_> = live.utterances().collect();
         rows.extend(running.as_mut().map(|r| &mut r.utterance));
         if !rows.iter().any(|u| u.ready()) {
             continue;
@@ -331,16 +332,19 @@ fn serve<T: Tensor>(model: &Transcriber<T>, worker: &Worker<'_>) {
         live.after_step(elapsed, &mut decoder);
         if let Some(job) = running.as_mut() {
             if job.after_step(model, elapsed) {
-                running.take().expect("the job").finish(model, &mut decoder);
+                running
+                    .take()
+                    .expect("the job")
+                    .finish(model, sample_rate, &mut decoder);
             }
         }
     }
 }
 
 /// The upload being transcribed: all its positions are embedded when it starts.
-struct RunningJob<T: Tensor> {
+struct RunningJob<U> {
     job: TranscriptionJob,
-    utterance: Utterance<T>,
+    utterance: U,
     /// Text sent as deltas.
     sent: String,
     seen_tokens: usize,
@@ -348,20 +352,19 @@ struct RunningJob<T: Tensor> {
     metrics: TranscriptionMetrics,
 }
 
-impl<T: Tensor> RunningJob<T> {
+impl<U: Utterance> RunningJob<U> {
     /// Embeds the job's audio; `None` (the job answered) when it cannot be transcribed.
-    fn start(
-        model: &Transcriber<T>,
-        decoder: &mut BatchDecoder<'_, T>,
+    fn start<B: TranscriptionBatch<Utterance = U>>(
+        decoder: &mut B,
         job: TranscriptionJob,
         metrics: TranscriptionMetrics,
     ) -> Option<Self> {
         let started = Instant::now();
         let embedded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            model.audio_embeddings(&job.audio)
+            decoder.start_upload(&job.audio)
         }));
-        let embeddings = match embedded {
-            Ok(Ok(e)) => e,
+        let utterance = match embedded {
+            Ok(Ok(utterance)) => utterance,
             Ok(Err(e)) => {
                 let _ = job.events.send(TranscriptionEvent::Failed(e.to_string()));
                 return None;
@@ -373,13 +376,6 @@ impl<T: Tensor> RunningJob<T> {
                 return None;
             }
         };
-        let Some(mut utterance) = decoder.start() else {
-            let _ = job.events.send(TranscriptionEvent::Failed(
-                "no decoder slot is free for this job".into(),
-            ));
-            return None;
-        };
-        utterance.feed(embeddings);
         Some(RunningJob {
             job,
             utterance,
@@ -392,12 +388,12 @@ impl<T: Tensor> RunningJob<T> {
 
     /// Sends the text decoded since the last delta; whether the job has ended (decoded, or
     /// its client gone).
-    fn after_step(&mut self, model: &Transcriber<T>, elapsed: Duration) -> bool {
+    fn after_step(&mut self, model: &impl SpeechToText, elapsed: Duration) -> bool {
         let tokens = self.utterance.tokens();
         if tokens.len() > self.seen_tokens {
             self.seen_tokens = tokens.len();
             self.busy += elapsed;
-            let delta = stable_delta(&model.tokenizer.decode(tokens), &self.sent);
+            let delta = stable_delta(&model.text(tokens), &self.sent);
             if !delta.is_empty() {
                 self.sent.push_str(&delta);
                 self.metrics
@@ -409,7 +405,7 @@ impl<T: Tensor> RunningJob<T> {
         self.utterance.waiting() == 0 || self.job.events.is_closed()
     }
 
-    fn fail(self, message: &str, decoder: &mut BatchDecoder<'_, T>) {
+    fn fail(self, message: &str, decoder: &mut impl TranscriptionBatch<Utterance = U>) {
         let _ = self
             .job
             .events
@@ -418,7 +414,12 @@ impl<T: Tensor> RunningJob<T> {
     }
 
     /// Sends the rest of the text and the timed transcript; frees the slot.
-    fn finish(self, model: &Transcriber<T>, decoder: &mut BatchDecoder<'_, T>) {
+    fn finish(
+        self,
+        model: &impl SpeechToText,
+        sample_rate: u32,
+        decoder: &mut impl TranscriptionBatch<Utterance = U>,
+    ) {
         let RunningJob {
             job,
             utterance,
@@ -427,12 +428,9 @@ impl<T: Tensor> RunningJob<T> {
             metrics,
             ..
         } = self;
-        let transcript = Transcript {
-            text: model.tokenizer.decode(utterance.tokens()),
-            tokens: utterance.tokens().to_vec(),
-        };
+        let tokens = utterance.tokens().to_vec();
+        let text = model.text(&tokens);
         decoder.end(utterance);
-        let sample_rate = model.config.mel.sample_rate;
         let audio_seconds = job.audio.len() as f64 / f64::from(sample_rate);
         metrics.audio_seconds.record(audio_seconds);
         if job.events.is_closed() {
@@ -443,14 +441,14 @@ impl<T: Tensor> RunningJob<T> {
                 .real_time_factor
                 .record(busy.as_secs_f64() / audio_seconds);
         }
-        if let Some(rest) = transcript.text.strip_prefix(sent.as_str()) {
+        if let Some(rest) = text.strip_prefix(sent.as_str()) {
             if !rest.is_empty() {
                 let _ = job.events.send(TranscriptionEvent::Delta(rest.to_string()));
             }
         }
-        let token_seconds = token_seconds(&model.config.streaming, sample_rate);
         // The right padding's positions decode too: their words end with the audio.
-        let words = words(&transcript, &model.tokenizer, &model.special, token_seconds)
+        let words = model
+            .words(&tokens)
             .into_iter()
             .map(|w| TimedText {
                 start: w.start.min(audio_seconds),
@@ -461,8 +459,8 @@ impl<T: Tensor> RunningJob<T> {
         let _ = job.events.send(TranscriptionEvent::Done(TimedTranscript {
             words,
             audio_seconds,
-            text: transcript.text,
-            tokens: transcript.tokens,
+            text,
+            tokens,
         }));
     }
 }

@@ -1,12 +1,12 @@
 //! Custom voices are computed on a thread of their own per cloning model, apart from its
 //! inference worker, so that encoding a reference clip never holds up the frames of the
-//! requests being decoded. The thread loads the model's encoders (`models::load_voice_encoder`)
+//! requests being decoded. The thread loads the model's encoders (`models::registry::load_voice_encoder`)
 //! and owns them; uploads come through a small bounded queue (full: the caller answers 429)
 //! and are encoded one at a time.
 
 use crate::device::{DeviceChoice, OnBackend};
 use crate::engine::voice::{VoiceEncodeError, VoiceTensors};
-use crate::models::load_voice_encoder;
+use crate::models::registry::load_voice_encoder;
 use crate::tensor::{DType, Tensor};
 use std::path::PathBuf;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};

@@ -10,8 +10,8 @@ use crate::device::{DeviceChoice, OnBackend};
 use crate::engine::{
     EngineError, EngineOptions, ModelCard, PcmSink, SpeechPreparer, TextToSpeech, WithEngine,
 };
-use crate::models;
 use crate::models::quantize::weight_format;
+use crate::models::registry;
 use crate::tensor::cpu_gemv::Variant;
 use crate::tensor::tch_backend::TchTensor;
 use crate::tensor::{DType, Tensor};
@@ -129,7 +129,7 @@ impl OnBackend for Serve<'_> {
             state,
         };
         let loaded = catch_unwind(AssertUnwindSafe(|| {
-            models::load_tts::<T, _>(dir, device, settings.dtype, settings.engine, serving)
+            registry::load_tts::<T, _>(dir, device, settings.dtype, settings.engine, serving)
         }));
         let failure = match loaded {
             Ok(Ok(Ok(()))) => return,

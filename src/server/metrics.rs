@@ -54,7 +54,7 @@ pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
     metrics::describe_counter!(engine::JOBS, "Speech jobs by outcome");
     metrics::describe_counter!(
         engine::FRAMES,
-        "Frames generated (80 ms of audio each for Voxtral TTS)"
+        "Frames generated (each the samples_per_frame of its model's capabilities)"
     );
     metrics::describe_histogram!(
         engine::AUDIO_SECONDS,

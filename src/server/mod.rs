@@ -18,7 +18,7 @@ mod wyoming;
 
 use crate::config::ServerConfig;
 use crate::engine::EngineOptions;
-use crate::models::{detect_family, Family};
+use crate::models::registry::{self, Task};
 use crate::scheduler::transcription::{
     start_transcription_worker, TranscriberState, TranscriptionSettings,
 };
@@ -332,11 +332,7 @@ fn start_models(
 ) -> anyhow::Result<Started> {
     let (mut models, mut voice_encoders, mut transcribers) = (Vec::new(), Vec::new(), Vec::new());
     for (index, (id, model_dir)) in config.models().into_iter().enumerate() {
-        if let Ok(Family::VoxtralRealtime) = detect_family(&model_dir) {
-            config.cuda_graphs.not_captured(
-                "voxtral_realtime",
-                "its decoder step has no capture yet (sliding-window rows and the audio rows it adds are built on the host each step)",
-            );
+        if matches!(registry::detect(&model_dir), Ok(family) if family.task == Task::Transcribe) {
             let (queue, state, worker) = start_transcription_worker(
                 TranscriptionSettings {
                     model_id: id.clone(),
@@ -347,6 +343,7 @@ fn start_models(
                     max_audio_seconds: config.max_transcription_seconds as f64,
                     max_live_sessions: config.max_realtime_sessions,
                     quantize: config.quantize_of(index),
+                    cuda_graphs: config.cuda_graphs,
                 },
                 config.queue_capacity,
             )

@@ -1,7 +1,7 @@
 //! The OpenAPI document (served at /openapi.json, committed as openapi/openapi.json) and the
 //! offline API docs page (Swagger UI files built into the binary).
 
-use crate::models::voxtral_tts::catalog::OPENAI_VOICES;
+use crate::models::registry;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::OpenApi;
 use utoipa::Modify;
@@ -10,9 +10,10 @@ use utoipa::Modify;
 #[openapi(
     info(
         title = "Voxtral TTS",
-        description = "OpenAI-compatible text-to-speech with Mistral's Voxtral-4B-TTS. \
-            Clients of OpenAI's speech API (curl, the openai SDKs, chat front-ends) work \
-            unchanged: point their base URL at this server's /v1.\n\n\
+        description = "OpenAI-compatible text to speech and speech to text, with the models that \
+            /v1/models lists (their `family` and `capabilities`). Clients of OpenAI's audio API \
+            (curl, the openai SDKs, chat front-ends) work unchanged: point their base URL at \
+            this server's /v1.\n\n\
             Errors always have OpenAI's shape: \
             `{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`.\n\n\
             When the server has `api_keys` configured, /v1 endpoints need \
@@ -48,20 +49,42 @@ impl Modify for ApiKeyAuth {
     }
 }
 
-/// Appends Voxtral TTS's OpenAI voice mapping, from the table its card carries, to the
-/// description.
+/// Appends the table of OpenAI's voice names and the preset each selects, for every family
+/// that maps them (their cards' `voice_aliases`), to the description.
 struct VoiceTable;
 
 impl Modify for VoiceTable {
     fn modify(&self, openapi: &mut OpenApi) {
-        let rows: Vec<String> = OPENAI_VOICES
+        let families: Vec<&registry::FamilySpec> = registry::families()
             .iter()
-            .map(|(alias, preset)| format!("| {alias} | {preset} |"))
+            .filter(|f| !f.openai_voices.is_empty())
             .collect();
+        let mut names: Vec<&str> = Vec::new();
+        for (name, _) in families.iter().flat_map(|f| f.openai_voices) {
+            if !names.contains(name) {
+                names.push(name);
+            }
+        }
+        let rows: Vec<String> = names
+            .iter()
+            .map(|name| {
+                let presets: Vec<&str> = families
+                    .iter()
+                    .map(|f| {
+                        let preset = f.openai_voices.iter().find(|(n, _)| n == name);
+                        preset.map_or("", |(_, preset)| preset)
+                    })
+                    .collect();
+                format!("| {name} | {} |", presets.join(" | "))
+            })
+            .collect();
+        let columns: Vec<&str> = families.iter().map(|f| f.name).collect();
         let table = format!(
-            "\n\nWith Voxtral TTS, OpenAI voice names select these presets (all English; the other presets \
-             speak Portuguese, Dutch, Italian, French, Spanish, German, Arabic and Hindi):\n\n\
-             | OpenAI voice | Preset |\n|---|---|\n{}",
+            "\n\nOpenAI voice names select these presets, by model family (a model folder without \
+             the preset selects nothing; GET /v1/audio/voices lists each model's voices):\n\n\
+             | OpenAI voice | {} |\n|---|{}\n{}",
+            columns.join(" | "),
+            "---|".repeat(columns.len()),
             rows.join("\n")
         );
         let description = openapi.info.description.get_or_insert_with(String::new);

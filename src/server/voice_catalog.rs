@@ -68,11 +68,11 @@ pub fn unknown_voice_message(requested: &str, card: &ModelCard) -> String {
     message
 }
 
-#[cfg(all(test, feature = "testmodel"))]
+#[cfg(all(test, feature = "testkit"))]
 mod tests {
     use super::*;
     use crate::models::voxtral_tts::catalog::example_card;
-    use crate::testmodel::PRESET_VOICES;
+    use crate::models::voxtral_tts::testkit::PRESET_VOICES;
 
     #[test]
     fn resolves_presets_and_aliases_case_insensitively() {

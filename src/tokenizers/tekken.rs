@@ -707,9 +707,9 @@ impl Loader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    #[cfg(feature = "testmodel")]
-    use crate::testmodel::generated_tekken as generated;
-    #[cfg(feature = "testmodel")]
+    #[cfg(feature = "testkit")]
+    use crate::testkit::tekken::generated;
+    #[cfg(feature = "testkit")]
     use rand::{Rng as _, SeedableRng as _};
     use std::path::PathBuf;
     use std::sync::OnceLock;
@@ -829,14 +829,14 @@ mod tests {
         check_golden(reference(), "tests/data/tekken_240911_cases.json");
     }
 
-    #[cfg(feature = "testmodel")]
+    #[cfg(feature = "testkit")]
     #[test]
     fn generated_file_matches_mistral_common_golden() {
         let (_dir, _path, tok) = generated(500);
         check_golden(&tok, "tests/data/tekken_test_gen500_cases.json");
     }
 
-    #[cfg(feature = "testmodel")]
+    #[cfg(feature = "testkit")]
     #[test]
     fn heap_merge_equals_scan_merge() {
         let (_dir, _path, small) = generated(2000);
@@ -859,7 +859,7 @@ mod tests {
         }
     }
 
-    #[cfg(feature = "testmodel")]
+    #[cfg(feature = "testkit")]
     fn hostile_inputs() -> Vec<String> {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
         let mut random_text = String::new();
@@ -889,7 +889,7 @@ mod tests {
         ]
     }
 
-    #[cfg(feature = "testmodel")]
+    #[cfg(feature = "testkit")]
     #[test]
     fn never_panics_and_round_trips() {
         let (_dir, _path, small) = generated(1000);
@@ -904,7 +904,7 @@ mod tests {
         }
     }
 
-    #[cfg(feature = "testmodel")]
+    #[cfg(feature = "testkit")]
     #[test]
     fn regex_error_falls_back_without_panicking() {
         let (_dir, _path, tok) = generated(300);
@@ -935,7 +935,7 @@ mod tests {
         assert!(ids.ends_with(&tok.encode("\tand")));
     }
 
-    #[cfg(feature = "testmodel")]
+    #[cfg(feature = "testkit")]
     fn load_err(json: &str) -> String {
         match Tekken::from_json_str(json, "/models/x/tekken.json") {
             Ok(_) => panic!("loaded: {json}"),
@@ -943,7 +943,7 @@ mod tests {
         }
     }
 
-    #[cfg(feature = "testmodel")]
+    #[cfg(feature = "testkit")]
     /// A valid document (generated, 0 merges) with `edit` applied.
     fn edited(edit: impl FnOnce(&mut Value)) -> String {
         let (_dir, path, _) = generated(0);
@@ -952,7 +952,7 @@ mod tests {
         doc.to_string()
     }
 
-    #[cfg(feature = "testmodel")]
+    #[cfg(feature = "testkit")]
     #[test]
     fn errors_name_file_and_key() {
         let cases: Vec<(String, &str)> = vec![
@@ -1063,7 +1063,7 @@ mod tests {
         assert!(msg.starts_with("/nonexistent/dir/tekken.json: "), "{msg}");
     }
 
-    #[cfg(feature = "testmodel")]
+    #[cfg(feature = "testkit")]
     #[test]
     fn optional_parts_may_be_absent() {
         // No `audio`, no `special_tokens` (v7 and below use the deprecated defaults), extra

@@ -11,10 +11,12 @@ use voxtral_tts::device::DeviceChoice;
 use voxtral_tts::engine::{
     prepare_speech, Conditioning, EngineOptions, PreparedSpeech, Sampling, SpeechInput,
 };
+use voxtral_tts::models::voxtral_tts::testkit::cached_endless_test_model;
+use voxtral_tts::models::voxtral_tts::testkit::cached_test_model;
+use voxtral_tts::models::voxtral_tts::testkit::Preset;
 use voxtral_tts::models::voxtral_tts::{Generation, Noise, SynthesisRequest, Voxtral};
 use voxtral_tts::scheduler::{JobEvent, JobOptions, LoadedModel, StreamSettings, WorkerSettings};
 use voxtral_tts::tensor::{tch_backend::TchTensor, DType, Tensor};
-use voxtral_tts::testmodel::{cached_endless_test_model, cached_test_model, Preset};
 
 fn request(text: &str, voice: &str, max_frames: usize, noise: Noise) -> SynthesisRequest {
     SynthesisRequest {

@@ -2,7 +2,9 @@
 
 use std::path::Path;
 use std::process::Command;
-use voxtral_tts::testmodel::{cached_endless_test_model, cached_test_model, Preset};
+use voxtral_tts::models::voxtral_realtime::testkit::cached_test_model as cached_stt_test_model;
+use voxtral_tts::models::voxtral_tts::testkit::cached_endless_test_model;
+use voxtral_tts::models::voxtral_tts::testkit::Preset;
 
 fn cli() -> Command {
     Command::new(env!("CARGO_BIN_EXE_voxtral-tts"))
@@ -163,8 +165,8 @@ fn make_test_model_is_deterministic_per_seed() {
     );
     for (dir, seed) in [(&a, "5"), (&b, "5"), (&c, "6")] {
         run_ok(
-            cli()
-                .args(["make-test-model", "--preset", "tiny", "--seed", seed])
+            Command::new(env!("CARGO_BIN_EXE_make-test-model"))
+                .args(["--preset", "tiny", "--seed", seed])
                 .arg("--out")
                 .arg(dir),
         );
@@ -333,7 +335,7 @@ fn realtime_golden_wav(dir: &Path) -> (std::path::PathBuf, serde_json::Value) {
 fn transcribe_prints_the_text_and_dumps_the_golden_tokens() {
     let tmp = tempfile::tempdir().unwrap();
     let (wav, case) = realtime_golden_wav(tmp.path());
-    let model = cached_test_model(Preset::SttTiny, case["seed"].as_u64().unwrap()).unwrap();
+    let model = cached_stt_test_model(case["seed"].as_u64().unwrap()).unwrap();
     let tokens = tmp.path().join("tokens.json");
     let stdout = run_ok(
         cli()

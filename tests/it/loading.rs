@@ -2,10 +2,11 @@
 
 use crate::common::copy_dir;
 use std::path::{Path, PathBuf};
+use voxtral_tts::models::voxtral_tts::testkit::cached_test_model;
+use voxtral_tts::models::voxtral_tts::testkit::Preset;
 use voxtral_tts::models::voxtral_tts::voices::load_voices;
 use voxtral_tts::models::voxtral_tts::{LoadError, Voxtral};
 use voxtral_tts::tensor::{tch_backend::TchTensor, DType};
-use voxtral_tts::testmodel::{cached_test_model, Preset};
 use voxtral_tts::tokenizers::tekken::Tekken;
 
 /// A private copy of the tiny test model that a test may break.

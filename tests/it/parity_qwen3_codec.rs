@@ -13,10 +13,11 @@ use voxtral_tts::models::qwen3_tts::speech_decoder::{
     official_reference_cut, CodesError, SpeechDecoder,
 };
 use voxtral_tts::models::qwen3_tts::speech_encoder::{EncodeError, SpeechEncoder};
+use voxtral_tts::models::qwen3_tts::testkit::make_test_model as make_qwen3_test_model;
+use voxtral_tts::models::qwen3_tts::testkit::Qwen3Preset;
 use voxtral_tts::nn::LoadError;
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::DType;
-use voxtral_tts::testmodel::{make_qwen3_test_model, Qwen3Preset};
 
 /// Max abs difference from the official waveform (samples in ±1).
 const WAVEFORM_TOLERANCE: f32 = 1e-4;

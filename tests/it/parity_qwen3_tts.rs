@@ -17,6 +17,8 @@ use voxtral_tts::models::qwen3_tts::prompt::{
 };
 use voxtral_tts::models::qwen3_tts::speaker_mel::{SpeakerMelFrontEnd, SPEAKER_SAMPLE_RATE};
 use voxtral_tts::models::qwen3_tts::speech_encoder::SpeechEncoder;
+use voxtral_tts::models::qwen3_tts::testkit::make_test_model as make_qwen3_test_model;
+use voxtral_tts::models::qwen3_tts::testkit::Qwen3Preset;
 use voxtral_tts::models::qwen3_tts::{
     ClonedVoice, GenerationParams, PromptInput, Qwen3Tts, Reference, TalkerOptions, TextLayout,
     Uniforms, Voice,
@@ -25,7 +27,6 @@ use voxtral_tts::nn::layer_probe::{self, LayerOutput};
 use voxtral_tts::tensor::quantized::QuantFormat;
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::{DType, Tensor};
-use voxtral_tts::testmodel::{make_qwen3_test_model, Qwen3Preset};
 use voxtral_tts::tokenizers::qwen2::Qwen2Tokenizer;
 
 /// Max abs difference of the prefill and trailing-text embeddings (the goldens' own check of

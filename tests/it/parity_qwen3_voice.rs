@@ -16,15 +16,16 @@ use tokio::sync::oneshot;
 use voxtral_tts::audio::input::{decode_to_rate, DecodeLimits};
 use voxtral_tts::device::DeviceChoice;
 use voxtral_tts::engine::voice::{VoiceEncodeError, VoiceEncoder};
-use voxtral_tts::models::load_voice_encoder;
 use voxtral_tts::models::qwen3_tts::engine::{REF_CODES, REF_TEXT_IDS, X_VECTOR};
+use voxtral_tts::models::qwen3_tts::testkit::cached_test_model as cached_qwen3_test_model;
+use voxtral_tts::models::qwen3_tts::testkit::Qwen3Preset;
+use voxtral_tts::models::registry::load_voice_encoder;
 use voxtral_tts::scheduler::voice_encoding::{
     start_voice_encoding, VoiceEncoderState, VoiceEncodingJob, VoiceEncodingSettings,
     VoiceSubmitError, VOICE_QUEUE_CAPACITY,
 };
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::DType;
-use voxtral_tts::testmodel::{cached_qwen3_test_model, Qwen3Preset};
 
 /// The parity test's bound on the x-vector computed from the clip.
 const X_VECTOR_TOLERANCE: f32 = 1e-4;

@@ -11,10 +11,10 @@ use voxtral_tts::models::voxtral_realtime::mel::MelFrontEnd;
 use voxtral_tts::models::voxtral_realtime::params::Config;
 use voxtral_tts::models::voxtral_realtime::prompt::SpecialIds;
 use voxtral_tts::models::voxtral_realtime::streaming::{AudioStream, TranscriptionStream};
+use voxtral_tts::models::voxtral_realtime::testkit::cached_test_model;
 use voxtral_tts::models::voxtral_realtime::transcriber::Transcriber;
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::{DType, Tensor};
-use voxtral_tts::testmodel::{cached_test_model, Preset};
 use voxtral_tts::tokenizers::tekken::Tekken;
 
 /// Max abs difference from the reference's log-mel (values about −0.6..1.5).
@@ -88,7 +88,7 @@ impl Golden {
     fn model_dir(&self) -> PathBuf {
         assert_eq!(self.case["preset"], "stt-tiny");
         let seed = self.case["seed"].as_u64().unwrap();
-        let dir = cached_test_model(Preset::SttTiny, seed).unwrap();
+        let dir = cached_test_model(seed).unwrap();
         let bytes = std::fs::read(dir.join("consolidated.safetensors")).unwrap();
         assert_eq!(
             format!("{:x}", Sha256::digest(&bytes)),

@@ -18,13 +18,15 @@ use voxtral_tts::models::xtts::folder::XttsFolder;
 use voxtral_tts::models::xtts::gpt::{GenerationParams, Gpt};
 use voxtral_tts::models::xtts::gpt_config::GptConfig;
 use voxtral_tts::models::xtts::reference_audio::load_audio;
+use voxtral_tts::models::xtts::testkit::make_test_model as make_xtts_test_model;
+use voxtral_tts::models::xtts::testkit::write_gpt_checkpoint as write_xtts_gpt_checkpoint;
+use voxtral_tts::models::xtts::testkit::XttsPreset;
 use voxtral_tts::models::xtts::tokenizer::XttsTokenizer;
 use voxtral_tts::nn::layer_probe::{self, LayerOutput};
 use voxtral_tts::nn::layers::Loader;
 use voxtral_tts::tensor::quantized::QuantFormat;
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::{DType, Tensor};
-use voxtral_tts::testmodel::{make_xtts_test_model, write_xtts_gpt_checkpoint, XttsPreset};
 
 /// Max abs difference of mels, encoder outputs, conditioning latents and GPT latents.
 const TOLERANCE: f32 = 1e-4;

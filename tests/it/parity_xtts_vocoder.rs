@@ -1,6 +1,6 @@
 //! XTTS-v2's speaker encoder and HiFi-GAN decoder against coqui-tts 0.28.0's `HifiDecoder`,
 //! f32 on libtorch (CPU), on the project's random full-size `hifigan_decoder.*` checkpoint
-//! (src/testmodel/xtts_vocoder.rs, seed `SEED`). Goldens from
+//! (src/models/xtts/testkit/vocoder.rs, seed `SEED`). Goldens from
 //! tools/goldens/xtts/make_vocoder_goldens.py: the speaker front end's log-mel and the
 //! embedding of a 1 s synthetic clip, and the waveform of random latents.
 
@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 use voxtral_tts::models::xtts::hifigan::{interpolate_linear, DecoderRates, HifiGan};
 use voxtral_tts::models::xtts::hifigan_stream::HifiGanStream;
 use voxtral_tts::models::xtts::speaker_encoder::SpeakerEncoder;
+use voxtral_tts::models::xtts::testkit::vocoder::{cached_hifigan_decoder, VOCODER_SAFETENSORS};
 use voxtral_tts::nn::checkpoint::Checkpoint;
 use voxtral_tts::nn::layers::Loader;
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::{DType, Tensor};
-use voxtral_tts::testmodel::xtts_vocoder::{cached_hifigan_decoder, VOCODER_SAFETENSORS};
 
 const SEED: u64 = 18;
 /// The published `decoder_input_dim`.

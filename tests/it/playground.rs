@@ -11,10 +11,10 @@ use common::Server;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Command;
-use voxtral_tts::testmodel::{
-    cached_endless_qwen3_test_model, cached_endless_test_model, cached_endless_xtts_test_model,
-    Preset, Qwen3Preset,
-};
+use voxtral_tts::models::qwen3_tts::testkit::cached_endless_test_model as cached_endless_qwen3_test_model;
+use voxtral_tts::models::qwen3_tts::testkit::Qwen3Preset;
+use voxtral_tts::models::voxtral_realtime::testkit::cached_endless_test_model as cached_endless_stt_test_model;
+use voxtral_tts::models::xtts::testkit::cached_endless_test_model as cached_endless_xtts_test_model;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 
@@ -188,7 +188,7 @@ fn every_tab_with_four_models() {
     let voices = tmp.path().join("voices");
     let base = cached_endless_qwen3_test_model(Qwen3Preset::TinyBase, 0).unwrap();
     let xtts = cached_endless_xtts_test_model(0).unwrap();
-    let stt = cached_endless_test_model(Preset::SttTiny, 0).unwrap();
+    let stt = cached_endless_stt_test_model(0).unwrap();
     let server = Server::spawn(
         &common::model(),
         &[

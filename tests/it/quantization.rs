@@ -9,15 +9,17 @@ use serde_json::json;
 use std::path::Path;
 use voxtral_tts::engine::EngineOptions;
 use voxtral_tts::models::quantize::{quantize_folder, stored_format};
+use voxtral_tts::models::voxtral_realtime::testkit::cached_endless_test_model as cached_endless_stt_test_model;
 use voxtral_tts::models::voxtral_realtime::transcriber::Transcriber;
+use voxtral_tts::models::voxtral_tts::testkit::cached_endless_test_model;
+use voxtral_tts::models::voxtral_tts::testkit::Preset;
 use voxtral_tts::models::voxtral_tts::Voxtral;
+use voxtral_tts::models::xtts::testkit::cached_endless_test_model as cached_endless_xtts_test_model;
+use voxtral_tts::models::xtts::testkit::STUDIO_VOICES as XTTS_STUDIO_VOICES;
 use voxtral_tts::nn::layer_probe::{self, LayerOutput};
 use voxtral_tts::tensor::quantized::QuantFormat;
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::{DType, Tensor};
-use voxtral_tts::testmodel::{
-    cached_endless_test_model, cached_endless_xtts_test_model, Preset, XTTS_STUDIO_VOICES,
-};
 
 const CPU: tch::Device = tch::Device::Cpu;
 
@@ -85,7 +87,7 @@ fn a_quantized_xtts_folder_speaks_as_quantizing_at_load() {
 #[test]
 fn a_quantized_speech_to_text_folder_transcribes_as_quantizing_at_load() {
     let _guard = tch::no_grad_guard();
-    let model = cached_endless_test_model(Preset::SttTiny, 0).unwrap();
+    let model = cached_endless_stt_test_model(0).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let stored = tmp.path().join("stored");
     quantized(&model, &stored, QuantFormat::Q4);
@@ -264,7 +266,7 @@ const STT_Q4_DRIFT: f64 = 0.5;
 #[test]
 fn quantized_speech_to_text_stays_near_f32_teacher_forced() {
     let _guard = tch::no_grad_guard();
-    let model = cached_endless_test_model(Preset::SttTiny, 0).unwrap();
+    let model = cached_endless_stt_test_model(0).unwrap();
     let audio: Vec<f32> = (0..96_000)
         .map(|i| 0.3 * (i as f32 * 0.05).sin() + 0.1 * (i as f32 * 0.31).sin())
         .collect();

@@ -12,13 +12,13 @@ use voxtral_tts::engine::{
     prepare_speech, Conditioning, EngineOptions, PreparedSpeech, Sampling, SpeechInput,
     SpeechSession, StopReason, TextToSpeech,
 };
+use voxtral_tts::models::qwen3_tts::testkit::cached_endless_test_model as cached_endless_qwen3_test_model;
+use voxtral_tts::models::qwen3_tts::testkit::cached_test_model as cached_qwen3_test_model;
+use voxtral_tts::models::qwen3_tts::testkit::Qwen3Preset;
 use voxtral_tts::models::qwen3_tts::Qwen3Engine;
 use voxtral_tts::tensor::quantized::QuantFormat;
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::DType;
-use voxtral_tts::testmodel::{
-    cached_endless_qwen3_test_model, cached_qwen3_test_model, Qwen3Preset,
-};
 
 fn model(preset: Qwen3Preset) -> PathBuf {
     cached_qwen3_test_model(preset, 0).unwrap()

@@ -7,7 +7,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use voxtral_tts::testmodel::{make_qwen3_test_model, Qwen3Preset};
+use voxtral_tts::models::qwen3_tts::testkit::make_test_model as make_qwen3_test_model;
+use voxtral_tts::models::qwen3_tts::testkit::Qwen3Preset;
 
 fn files_under(dir: &Path, root: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {

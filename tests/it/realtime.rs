@@ -18,17 +18,17 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use voxtral_tts::audio::input::resample;
 use voxtral_tts::models::voxtral_realtime::batch::BatchDecoder;
 use voxtral_tts::models::voxtral_realtime::streaming::AudioStream;
+use voxtral_tts::models::voxtral_realtime::testkit::cached_endless_test_model;
 use voxtral_tts::models::voxtral_realtime::transcriber::Transcriber;
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::DType;
-use voxtral_tts::testmodel::{cached_endless_test_model, Preset};
 
 const MODEL: &str = "stt-tiny-endless-0";
 
 /// The `stt-tiny` checkpoint that never says `</s>`: every utterance decodes as many tokens as
 /// its audio has positions, on every CPU.
 fn stt_model() -> std::path::PathBuf {
-    cached_endless_test_model(Preset::SttTiny, 0).unwrap()
+    cached_endless_test_model(0).unwrap()
 }
 
 /// A cubic chirp of `len` samples at `rate`, from `f0` Hz.

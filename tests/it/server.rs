@@ -855,8 +855,11 @@ fn a_request_can_switch_text_normalization_off_and_on() {
 
 #[test]
 fn several_models_are_served_by_id_and_an_unknown_model_is_404() {
-    let odd = voxtral_tts::testmodel::cached_test_model(voxtral_tts::testmodel::Preset::TinyOdd, 0)
-        .unwrap();
+    let odd = voxtral_tts::models::voxtral_tts::testkit::cached_test_model(
+        voxtral_tts::models::voxtral_tts::testkit::Preset::TinyOdd,
+        0,
+    )
+    .unwrap();
     let server = Server::spawn(
         &model(),
         &["--model", odd.to_str().unwrap()],

@@ -4,9 +4,10 @@
 use crate::common;
 
 use common::max_abs_diff;
+use voxtral_tts::models::voxtral_tts::testkit::cached_test_model;
+use voxtral_tts::models::voxtral_tts::testkit::Preset;
 use voxtral_tts::models::voxtral_tts::{Noise, SynthesisRequest, Voxtral};
 use voxtral_tts::tensor::{tch_backend::TchTensor, DType};
-use voxtral_tts::testmodel::{cached_test_model, Preset};
 
 /// A random test checkpoint of `preset` on the CPU.
 fn load(preset: Preset, dtype: DType) -> Voxtral<TchTensor> {

@@ -8,14 +8,14 @@ use common::*;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
-use voxtral_tts::testmodel::{cached_endless_test_model, Preset};
+use voxtral_tts::models::voxtral_realtime::testkit::cached_endless_test_model;
 
 const BOUNDARY: &str = "transcription-test-boundary";
 
 /// The `stt-tiny` checkpoint that never says `</s>`: every utterance decodes as many tokens as
 /// its audio has positions, on every CPU.
 fn stt_model() -> std::path::PathBuf {
-    cached_endless_test_model(Preset::SttTiny, 0).unwrap()
+    cached_endless_test_model(0).unwrap()
 }
 
 /// Starts a server on the tiny speech model and the tiny speech-to-text model.

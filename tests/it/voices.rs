@@ -7,7 +7,8 @@ use crate::common;
 use common::*;
 use serde_json::Value;
 use std::path::Path;
-use voxtral_tts::testmodel::{cached_qwen3_test_model, Qwen3Preset};
+use voxtral_tts::models::qwen3_tts::testkit::cached_test_model as cached_qwen3_test_model;
+use voxtral_tts::models::qwen3_tts::testkit::Qwen3Preset;
 
 fn delete(server: &Server, id: &str) -> Reply {
     send(

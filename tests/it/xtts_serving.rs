@@ -15,11 +15,12 @@ use voxtral_tts::engine::{
     prepare_speech, Conditioning, EngineOptions, PreparedSpeech, Sampling, SpeechInput,
     SpeechSession, StopReason, TextToSpeech,
 };
+use voxtral_tts::models::xtts::testkit::cached_endless_test_model as cached_endless_xtts_test_model;
+use voxtral_tts::models::xtts::testkit::STUDIO_VOICES as XTTS_STUDIO_VOICES;
 use voxtral_tts::models::xtts::XttsEngine;
 use voxtral_tts::scheduler::{JobEvent, JobOptions, StreamSettings, WorkerSettings};
 use voxtral_tts::tensor::tch_backend::TchTensor;
 use voxtral_tts::tensor::DType;
-use voxtral_tts::testmodel::{cached_endless_xtts_test_model, XTTS_STUDIO_VOICES};
 
 /// The tiny folder whose GPT never picks the stop code: every request runs to its frame
 /// limit on every CPU (the XTTS goldens use the one that stops on its own).

@@ -7,9 +7,9 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use voxtral_tts::models::xtts::testkit::vocab::xtts_vocab_json;
 use voxtral_tts::models::xtts::text::{python_lower, TextError};
 use voxtral_tts::models::xtts::tokenizer::XttsTokenizer;
-use voxtral_tts::testmodel::xtts_vocab_json;
 
 fn goldens() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/goldens/xtts")

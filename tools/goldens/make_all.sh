@@ -9,14 +9,14 @@ if [[ ! -x $PY ]]; then
   python3 -m venv .deps/ref-venv
   $PY -m pip install -q -r tools/goldens/requirements.txt
 fi
-cargo build --release -q
-BIN=target/release/voxtral-tts
+cargo build --release -q --features testkit --bin make-test-model
+MAKE_TEST_MODEL=target/release/make-test-model
 MODELS=target/test-models
 OUT=tests/goldens
 
 model() { # preset seed -> folder
   local dir=$MODELS/$1-$2
-  [[ -f $dir/consolidated.safetensors ]] || $BIN make-test-model --out "$dir" --preset "$1" --seed "$2" >&2
+  [[ -f $dir/consolidated.safetensors ]] || $MAKE_TEST_MODEL --out "$dir" --preset "$1" --seed "$2" >&2
   echo "$dir"
 }
 

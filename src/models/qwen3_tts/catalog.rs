@@ -20,7 +20,7 @@ const SPEAKERS: [(&str, &str, &str, &str); 9] = [
 
 /// OpenAI's voices, female names to the female speakers and male names to the English male
 /// ones (as for Voxtral: calm to one, bright or conversational to the other).
-const OPENAI_VOICES: [(&str, &str); 13] = [
+pub const OPENAI_VOICES: [(&str, &str); 13] = [
     ("alloy", "serena"),
     ("ash", "aiden"),
     ("ballad", "aiden"),
@@ -89,7 +89,7 @@ pub fn card(
         .collect();
     let model_type = config.tts_model_type;
     ModelCard {
-        family: "qwen3-tts",
+        family: super::family::NAME,
         owned_by: "Qwen",
         homepage: "https://huggingface.co/collections/Qwen/qwen3-tts",
         voices,

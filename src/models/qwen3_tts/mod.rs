@@ -5,11 +5,14 @@
 //! in-context cloning); `engine` serves them behind the engine interface.
 //! Spec: `shared/docs/qwen3-tts-spec.md`.
 
+pub mod bench;
 pub mod catalog;
 mod code_predictor;
 mod codec_transformer;
 pub mod config;
 pub mod engine;
+pub mod family;
+pub mod keys;
 pub mod model;
 pub mod prompt;
 pub mod sampling;
@@ -18,6 +21,8 @@ pub mod speaker_mel;
 pub mod speech_decoder;
 pub mod speech_encoder;
 mod talker;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod tokens;
 pub mod voice_encoder;
 

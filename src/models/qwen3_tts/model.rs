@@ -8,6 +8,7 @@
 
 use super::code_predictor::CodePredictor;
 use super::config::{GenerationConfig, Qwen3TtsConfig, TtsModelType};
+use super::keys;
 use super::prompt::{self, CodecInput, PromptError, PromptInput, PromptLayout, Voice};
 use super::sampling::{self, GenerationParams, SampleError, Uniforms};
 use super::speaker_encoder::SpeakerEncoder;
@@ -83,9 +84,14 @@ impl<T: Tensor> Qwen3Tts<T> {
         let l = Loader::<T>::new(&ckpt, device, dtype);
         let t = &config.talker_config;
         let positions = options.max_positions.min(t.max_position_embeddings);
-        let talker = Talker::load(&l.scoped("talker."), t, positions, options.quantize)?;
+        let talker = Talker::load(
+            &l.scoped(&keys::scope(keys::TALKER)),
+            t,
+            positions,
+            options.quantize,
+        )?;
         let predictor = CodePredictor::load(
-            &l.scoped("talker.code_predictor."),
+            &l.scoped(&keys::scope(keys::CODE_PREDICTOR)),
             options.quantize,
             &t.code_predictor_config,
             t.hidden_size,
@@ -93,7 +99,7 @@ impl<T: Tensor> Qwen3Tts<T> {
         )?;
         let speaker_encoder = match config.tts_model_type {
             TtsModelType::Base => Some(SpeakerEncoder::load(
-                &l.scoped("speaker_encoder."),
+                &l.scoped(&keys::scope(keys::SPEAKER_ENCODER)),
                 &config.speaker_encoder_config,
                 device,
                 dtype,

@@ -3,6 +3,7 @@
 //! 1-D RoPE: the official code gives all three axes the same positions) and the codec head.
 
 use super::config::TalkerConfig;
+use super::keys;
 use crate::nn::decoder::{Decoder, DecoderDims, DecoderStyle};
 use crate::nn::layers::{Linear, Loader};
 use crate::nn::LoadError;
@@ -76,7 +77,7 @@ impl<T: Tensor> Talker<T> {
                 &dims,
                 DecoderStyle::Qwen3,
             )?,
-            codec_head: l.tensor("codec_head.weight", &[c.vocab_size, h])?,
+            codec_head: l.tensor(keys::CODEC_HEAD, &[c.vocab_size, h])?,
             dtype: l.dtype,
             device: l.device.clone(),
         })

@@ -11,6 +11,7 @@
 
 use super::config::{Qwen3TtsConfig, TtsModelType};
 use super::engine::{REF_CODES, REF_TEXT_IDS, X_VECTOR};
+use super::keys;
 use super::prompt::{reference_text, ClonedVoice, Reference};
 use super::speaker_encoder::SpeakerEncoder;
 use super::speaker_mel::{SpeakerMelFrontEnd, SPEAKER_SAMPLE_RATE};
@@ -52,7 +53,7 @@ impl<T: Tensor> Qwen3VoiceEncoder<T> {
         let ckpt = Checkpoint::open(&dir.join("model.safetensors"))?;
         let loader = Loader::<T>::new(&ckpt, device, dtype);
         let speaker = SpeakerEncoder::load(
-            &loader.scoped("speaker_encoder."),
+            &loader.scoped(&keys::scope(keys::SPEAKER_ENCODER)),
             &config.speaker_encoder_config,
             device,
             dtype,

@@ -2,6 +2,7 @@
 //! (in time order) into one, then `w_out · gelu(w_in · x)` without biases, one embedding per
 //! decoder position.
 
+use super::keys;
 use super::params::Config;
 use crate::nn::layers::Loader;
 use crate::nn::LoadError;
@@ -21,11 +22,8 @@ impl<T: Tensor> Adapter<T> {
             c.encoder.dim * c.encoder.downsample_factor,
         );
         Ok(Adapter {
-            w_in: l.tensor("audio_language_projection.0.weight", &[c.args.dim, stacked])?,
-            w_out: l.tensor(
-                "audio_language_projection.2.weight",
-                &[c.args.dim, c.args.dim],
-            )?,
+            w_in: l.tensor(keys::ADAPTER_IN, &[c.args.dim, stacked])?,
+            w_out: l.tensor(keys::ADAPTER_OUT, &[c.args.dim, c.args.dim])?,
             factor,
         })
     }

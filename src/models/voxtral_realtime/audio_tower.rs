@@ -6,6 +6,7 @@
 
 use super::adapter::Adapter;
 use super::encoder::Encoder;
+use super::keys;
 use super::mel::LogMel;
 use super::params::Config;
 use crate::nn::checkpoint::Checkpoint;
@@ -36,9 +37,6 @@ pub struct AudioTower<T: Tensor> {
     _weights: Vec<Arc<Mmap>>,
 }
 
-/// The encoder's weights live under this prefix of `consolidated.safetensors`.
-const EMBEDDING_MODULE: &str = "mm_streams_embeddings.embedding_module.";
-
 impl<T: Tensor> AudioTower<T> {
     /// The encoder and adapter of the folder `dir` (configured by `config`); RoPE covers
     /// `max_frames` encoder frames.
@@ -64,10 +62,10 @@ impl<T: Tensor> AudioTower<T> {
         quantize: Option<QuantFormat>,
     ) -> Result<Self, LoadError> {
         let l = Loader::<T>::new(ckpt, device, dtype)
-            .scoped(EMBEDDING_MODULE)
+            .scoped(keys::EMBEDDING_MODULE)
             .quantizing(quantize);
         Ok(AudioTower {
-            encoder: Encoder::load(&l.scoped("whisper_encoder."), config, max_frames)?,
+            encoder: Encoder::load(&l.scoped(keys::ENCODER), config, max_frames)?,
             adapter: Adapter::load(&l, config)?,
             device: device.clone(),
             dtype,

@@ -3,6 +3,7 @@
 //! The left pads are `kernel − stride`, as vLLM's `WhisperCausalConv1d` and transformers'
 //! `left_pad` have them (the ExecuTorch seed pads conv2 by 2, which is wrong).
 
+use super::keys;
 use crate::nn::layers::Loader;
 use crate::nn::LoadError;
 use crate::tensor::{ConvKind, PadMode, Tensor};
@@ -57,8 +58,8 @@ impl<T: Tensor> ConvStem<T> {
     /// `l` scoped at the encoder (`…whisper_encoder.`).
     pub fn load(l: &Loader<T>, num_mel_bins: usize, dim: usize) -> Result<Self, LoadError> {
         Ok(ConvStem {
-            conv1: CausalConv::load(l, "conv_layers.0.conv", num_mel_bins, dim, 1)?,
-            conv2: CausalConv::load(l, "conv_layers.1.conv", dim, dim, 2)?,
+            conv1: CausalConv::load(l, keys::CONV_STEM[0], num_mel_bins, dim, 1)?,
+            conv2: CausalConv::load(l, keys::CONV_STEM[1], dim, dim, 2)?,
             device: l.device.clone(),
         })
     }

@@ -4,6 +4,7 @@
 //! norm.
 
 use super::conv_stem::ConvStem;
+use super::keys;
 use super::params::Config;
 use crate::nn::layer_probe;
 use crate::nn::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
@@ -42,12 +43,12 @@ impl<T: Tensor> EncoderLayer<T> {
                 e.n_heads,
                 e.head_dim,
             )?,
-            q_bias: bias(l, "attention.wq.bias", width)?,
-            v_bias: bias(l, "attention.wv.bias", width)?,
-            o_bias: bias(l, "attention.wo.bias", e.dim)?,
+            q_bias: bias(l, keys::QUERY_BIAS, width)?,
+            v_bias: bias(l, keys::VALUE_BIAS, width)?,
+            o_bias: bias(l, keys::OUTPUT_BIAS, e.dim)?,
             ffn_norm: RmsNorm::load(l, "ffn_norm.weight", e.dim, e.norm_eps)?,
             feed_forward: FeedForward::load(l, "feed_forward", e.dim, e.hidden_dim)?,
-            w2_bias: bias(l, "feed_forward.w2.bias", e.dim)?,
+            w2_bias: bias(l, keys::DOWN_BIAS, e.dim)?,
         })
     }
 
@@ -131,12 +132,12 @@ impl<T: Tensor> Encoder<T> {
     pub fn load(l: &Loader<T>, c: &Config, max_frames: usize) -> Result<Self, LoadError> {
         let e = &c.encoder;
         let layers = (0..e.n_layers)
-            .map(|i| EncoderLayer::load(&l.scoped(&format!("transformer.layers.{i}.")), c))
+            .map(|i| EncoderLayer::load(&l.scoped(&keys::encoder_layer(i)), c))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Encoder {
             stem: ConvStem::load(l, c.mel.num_mel_bins, e.dim)?,
             layers,
-            norm: RmsNorm::load(l, "transformer.norm.weight", e.dim, e.norm_eps)?,
+            norm: RmsNorm::load(l, keys::ENCODER_NORM, e.dim, e.norm_eps)?,
             rope: T::rope_table(l.device, max_frames, e.head_dim, e.rope_theta),
             window: e.sliding_window,
             device: l.device.clone(),

@@ -4,6 +4,7 @@
 //! position's audio embedding plus the embedding of its token, and its head is
 //! `tok_embeddings` (tied) or `output.weight`.
 
+use super::keys;
 use super::params::Config;
 use crate::nn::decoder::Decoder;
 use crate::nn::kv_pool::{KvPool, KvSlot};
@@ -44,16 +45,13 @@ impl<T: Tensor> TextDecoder<T> {
         );
         let scales = (0..a.n_layers)
             .map(|i| {
-                let p = format!("layers.{i}.ada_rms_norm_t_cond");
+                let p = keys::delay_conditioning(i);
                 let down = l.tensor(&format!("{p}.0.weight"), &[config.t_cond_dim, a.dim])?;
                 let up = l.tensor(&format!("{p}.2.weight"), &[a.dim, config.t_cond_dim])?;
                 Ok(t_cond.linear(&down).gelu().linear(&up).add_scalar(1.0))
             })
             .collect::<Result<Vec<T>, LoadError>>()?;
-        let tok_embeddings = l.tensor(
-            "mm_streams_embeddings.embedding_module.tok_embeddings.weight",
-            &[a.vocab_size, a.dim],
-        )?;
+        let tok_embeddings = l.tensor(keys::TOKEN_EMBEDDINGS, &[a.vocab_size, a.dim])?;
         let output = match a.tied_embeddings {
             true => None,
             false => Some(l.tensor("output.weight", &[a.vocab_size, a.dim])?),

@@ -1,32 +1,21 @@
-//! Word and segment times from a transcript's tokens. Voxtral Realtime decodes exactly one
-//! token per 80 ms of audio, `delay_tokens` behind the speech: the token decoded `i`-th
-//! (from the prompt's last position, as [`Transcript::tokens`] lists them) is emitted once
-//! the audio up to `(i + 1 + delay) · 80 ms` is in, and so stands for the speech of
-//! `[i · 80 ms, (i + 1) · 80 ms)`. This is an approximation no reference implements
-//! (docs/voxtral-realtime-spec.md, section A, `verbose_json`): a word's start is its first
-//! token's start, its end is its last token's end.
+//! Word times from a transcript's tokens. Voxtral Realtime decodes exactly one token per
+//! 80 ms of audio, `delay_tokens` behind the speech: the token decoded `i`-th (from the
+//! prompt's last position, as [`Transcript::tokens`](super::transcriber::Transcript::tokens)
+//! lists them) is emitted once the audio up to `(i + 1 + delay) · 80 ms` is in, and so stands
+//! for the speech of `[i · 80 ms, (i + 1) · 80 ms)`. This is an approximation no reference
+//! implements (docs/voxtral-realtime-spec.md, section A, `verbose_json`): a word's start is
+//! its first token's start, its end is its last token's end.
 
 use super::prompt::SpecialIds;
-use super::transcriber::Transcript;
+use crate::engine::stt::TimedText;
 use crate::tokenizers::tekken::Tekken;
-
-/// A word, or a segment of words, and the seconds of audio it covers.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TimedText {
-    pub text: String,
-    pub start: f64,
-    pub end: f64,
-}
-
-/// A new segment starts after a word ending a sentence, or after this much silence.
-const SEGMENT_PAUSE_SECONDS: f64 = 1.0;
 
 /// The transcript's words with their times. A word starts at a text token whose text begins
 /// with white space, at the first text token after `[STREAMING_WORD]`, or at the first text
 /// token; its text is its tokens decoded together (so a character split across tokens stays
 /// whole), trimmed. `token_seconds` is the audio one token stands for (80 ms).
 pub fn words(
-    transcript: &Transcript,
+    tokens: &[u32],
     tokenizer: &Tekken,
     special: &SpecialIds,
     token_seconds: f64,
@@ -34,7 +23,7 @@ pub fn words(
     // Each word's first and last token index, and its tokens.
     let mut runs: Vec<(usize, usize, Vec<u32>)> = Vec::new();
     let mut word_break = true;
-    for (i, &token) in transcript.tokens.iter().enumerate() {
+    for (i, &token) in tokens.iter().enumerate() {
         if (token as usize) < tokenizer.num_special_tokens() {
             word_break |= token == special.streaming_word;
             continue;
@@ -61,34 +50,12 @@ pub fn words(
         .collect()
 }
 
-/// Words grouped into segments: a segment ends with a word that ends a sentence
-/// (`.`, `!`, `?`, `…`), or before a pause of a second or more.
-pub fn segments(words: &[TimedText]) -> Vec<TimedText> {
-    let mut out: Vec<TimedText> = Vec::new();
-    let mut open = false;
-    for word in words {
-        let pause = out
-            .last()
-            .is_some_and(|s| word.start - s.end >= SEGMENT_PAUSE_SECONDS);
-        match out.last_mut() {
-            Some(segment) if open && !pause => {
-                segment.text.push(' ');
-                segment.text.push_str(&word.text);
-                segment.end = word.end;
-            }
-            _ => out.push(word.clone()),
-        }
-        open = !word.text.ends_with(['.', '!', '?', '…']);
-    }
-    out
-}
-
 /// Seconds of audio per decoder position (80 ms).
 pub fn token_seconds(streaming: &super::params::Streaming, sample_rate: u32) -> f64 {
     streaming.samples_per_token as f64 / f64::from(sample_rate)
 }
 
-#[cfg(all(test, feature = "testmodel"))]
+#[cfg(all(test, feature = "testkit"))]
 mod tests {
     use super::*;
 
@@ -100,7 +67,7 @@ mod tests {
     fn byte_tokenizer() -> Tekken {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tekken.json");
-        crate::testmodel::tekken::write_tekken(
+        crate::testkit::tekken::write_tekken(
             &path,
             0,
             &[(32, "[STREAMING_PAD]"), (33, "[STREAMING_WORD]")],
@@ -145,11 +112,7 @@ mod tests {
         tokens.extend([PAD, PAD, WORD]);
         tokens.extend(bytes("re."));
         tokens.push(EOS);
-        let transcript = Transcript {
-            text: String::new(),
-            tokens,
-        };
-        let got = words(&transcript, &byte_tokenizer(), &special(), 0.08);
+        let got = words(&tokens, &byte_tokenizer(), &special(), 0.08);
         let want = [
             timed("Hi", 0.08, 0.24),
             timed("thé", 0.24, 0.72),
@@ -166,28 +129,9 @@ mod tests {
     }
 
     #[test]
-    fn segments_end_at_sentence_ends_and_long_pauses() {
-        let words = [
-            timed("One", 0.0, 0.2),
-            timed("two.", 0.3, 0.5),
-            timed("Three", 0.6, 0.8),
-            timed("four", 2.0, 2.2),
-        ];
-        assert_eq!(
-            segments(&words),
-            [
-                timed("One two.", 0.0, 0.5),
-                timed("Three", 0.6, 0.8),
-                timed("four", 2.0, 2.2),
-            ]
-        );
-        assert!(segments(&[]).is_empty());
-    }
-
-    #[test]
     fn a_token_is_80_ms_at_16_khz() {
         let config = crate::models::voxtral_realtime::params::Config::load(
-            &crate::testmodel::cached_test_model(crate::testmodel::Preset::SttTiny, 0).unwrap(),
+            &crate::models::voxtral_realtime::testkit::cached_test_model(0).unwrap(),
         )
         .unwrap();
         let seconds = token_seconds(&config.streaming, config.mel.sample_rate);

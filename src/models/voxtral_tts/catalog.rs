@@ -73,7 +73,7 @@ pub fn card<'a>(
     samples_per_frame: usize,
 ) -> ModelCard {
     ModelCard {
-        family: "voxtral-tts",
+        family: super::family::NAME,
         owned_by: "mistralai",
         homepage: "https://huggingface.co/mistralai/Voxtral-4B-TTS-2603",
         voices: voices.map(voice_info).collect(),
@@ -108,10 +108,10 @@ pub fn voice_info(name: &str) -> VoiceInfo {
     }
 }
 
-#[cfg(all(test, feature = "testmodel"))]
+#[cfg(all(test, feature = "testkit"))]
 mod tests {
     use super::*;
-    use crate::testmodel::PRESET_VOICES;
+    use crate::models::voxtral_tts::testkit::PRESET_VOICES;
 
     #[test]
     fn every_openai_voice_maps_to_a_published_preset_of_its_gender() {

@@ -2,6 +2,7 @@
 //! Dequantize (semantic table | FSQ levels), a causal conv, then transformer stages with
 //! ALiBi sliding-window attention and 2x transposed-conv upsampling, then a patch projection.
 
+use super::keys;
 use super::params::{Config, NUM_AUDIO_SPECIAL_CODES};
 use crate::nn::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
 use crate::nn::LoadError;
@@ -167,7 +168,7 @@ pub struct Codec<T: Tensor> {
 impl<T: Tensor> Codec<T> {
     pub fn load(l: &Loader<T>, cfg: &Config) -> Result<Self, LoadError> {
         let c = cfg.codec();
-        let p = "audio_tokenizer";
+        let p = keys::CODEC;
         let dim = c.dim;
 
         let sum = l.host_f32(

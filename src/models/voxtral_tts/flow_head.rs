@@ -2,6 +2,7 @@
 //! Semantic code by masked argmax (f32); acoustic codes by 7 Euler steps of a 3-layer
 //! bidirectional transformer with classifier-free guidance, then FSQ rounding.
 
+use super::keys;
 use super::params::{Config, END_AUDIO_CODE, NUM_AUDIO_SPECIAL_CODES};
 use crate::nn::layers::{time_embedding, AttentionProj, FeedForward, Loader, RmsNorm};
 use crate::nn::LoadError;
@@ -150,7 +151,7 @@ impl<T: Tensor> FlowHead<T> {
         let at = cfg.flow();
         let am = cfg.audio_model();
         let (dim, n_ac) = (at.dim, am.n_acoustic_codebook);
-        let p = "acoustic_transformer";
+        let p = keys::FLOW_HEAD;
         let layers = (0..at.n_layers)
             .map(|i| {
                 let lp = format!("{p}.layers.{i}");
@@ -215,12 +216,7 @@ impl<T: Tensor> FlowHead<T> {
 
         let alpha = CFG_ALPHA;
         Ok(FlowHead {
-            semantic_out: semantic_head(
-                l,
-                &format!("{p}.semantic_codebook_output.weight"),
-                rows,
-                dim,
-            )?,
+            semantic_out: semantic_head(l, keys::SEMANTIC_HEAD, rows, dim)?,
             semantic_mask: T::from_f32(l.device, &mask, &[rows], DType::F32),
             acoustic_out: l.tensor(
                 &format!("{p}.acoustic_codebook_output.weight"),

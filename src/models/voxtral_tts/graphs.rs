@@ -309,13 +309,13 @@ impl<T: Tensor> Generation<'_, T> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "testkit"))]
 mod tests {
     use super::*;
     use crate::engine::{CudaGraphs, EngineOptions};
+    use crate::models::voxtral_tts::testkit::{cached_test_model, Preset};
     use crate::models::voxtral_tts::{Noise, SynthesisRequest};
     use crate::tensor::tch_backend::TchTensor;
-    use crate::testmodel::{cached_test_model, Preset};
 
     /// On the CPU `auto` captures nothing, takes no scratch slot, and gives `off`'s codes.
     #[test]

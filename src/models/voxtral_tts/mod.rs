@@ -3,13 +3,18 @@
 //! A request's path: `prompt` (tokenizer + voice rows) -> `backbone` prefill -> per frame:
 //! `flow_head` (codes) -> audio-embedding feedback -> `backbone` step; then `codec`.
 
+pub mod bench;
 pub mod catalog;
 pub mod codec;
 mod engine;
+pub mod family;
 pub mod flow_head;
 pub mod graphs;
+pub mod keys;
 pub mod params;
 mod prompt;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod voices;
 
 pub use crate::engine::StopReason;
@@ -163,12 +168,9 @@ impl<T: Tensor> Voxtral<T> {
         let ckpt = Checkpoint::open(&dir.join("consolidated.safetensors"))?;
         let l = Loader::<T>::new(&ckpt, device, dtype);
         // Embedding tables stay in their stored dtype: rows are converted after lookup.
-        let tok_embeddings = l.tensor_as_stored(
-            "mm_audio_embeddings.tok_embeddings.weight",
-            &[a.vocab_size, a.dim],
-        )?;
+        let tok_embeddings = l.tensor_as_stored(keys::TOKEN_EMBEDDINGS, &[a.vocab_size, a.dim])?;
         let audio_embeddings = l.tensor_as_stored(
-            "mm_audio_embeddings.audio_codebook_embeddings.embeddings.weight",
+            keys::AUDIO_EMBEDDINGS,
             &[config.audio_embedding_rows, a.dim],
         )?;
         let (slots, positions) = kv_slots(&config, dtype, options)?;
@@ -494,8 +496,8 @@ fn kv_slots(
 
 /// Encoder-side tensors that ship in some checkpoints but play no part in synthesis.
 fn is_known_unused(key: &str) -> bool {
-    key.starts_with("audio_tokenizer.encoder_blocks.")
-        || key.starts_with("audio_tokenizer.input_proj.")
+    let codec = |rest: &str| key.starts_with(&format!("{}.{rest}", keys::CODEC));
+    codec("encoder_blocks.") || codec("input_proj.")
 }
 
 enum NoiseStream {

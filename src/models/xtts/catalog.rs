@@ -6,7 +6,7 @@ use crate::engine::{ModelCard, VoiceInfo};
 /// OpenAI's voices mapped onto studio speakers of the published `speakers_xtts.pth` (a pair
 /// whose speaker a folder lacks selects nothing): female names to female speakers, male to
 /// male.
-const OPENAI_VOICES: [(&str, &str); 13] = [
+pub const OPENAI_VOICES: [(&str, &str); 13] = [
     ("alloy", "Claribel Dervla"),
     ("ash", "Andrew Chipper"),
     ("ballad", "Damien Black"),
@@ -33,7 +33,7 @@ pub struct CardInputs<'a> {
 
 pub fn card(inputs: CardInputs<'_>) -> ModelCard {
     ModelCard {
-        family: "xtts-v2",
+        family: super::family::NAME,
         owned_by: "coqui",
         homepage: "https://huggingface.co/coqui/XTTS-v2",
         voices: inputs

@@ -10,6 +10,7 @@
 //! the decode-time ones (§5), so they are kept as decoding goes.
 
 use super::gpt_config::GptConfig;
+use super::keys;
 use super::layers::{gelu_tanh, LayerNorm, Projection};
 use crate::nn::layer_probe;
 use crate::nn::layers::{Linear, Loader};
@@ -213,7 +214,7 @@ impl<T: Tensor> Gpt<T> {
     ) -> Result<Self, LoadError> {
         let a = &config.args;
         let d = a.gpt_n_model_channels;
-        let g = l.scoped("gpt.");
+        let g = l.scoped(&keys::scope(keys::GPT));
         let blocks = g.quantizing(quantize);
         Ok(Gpt {
             blocks: (0..a.gpt_layers)
@@ -225,7 +226,7 @@ impl<T: Tensor> Gpt<T> {
             mel_embedding: g.tensor("mel_embedding.weight", &[a.gpt_num_audio_tokens, d])?,
             mel_positions: g.tensor("mel_pos_embedding.emb.weight", &[a.audio_positions(), d])?,
             final_norm: LayerNorm::load(&g, "final_norm", d)?,
-            mel_head: Linear::load(&g, "mel_head", a.gpt_num_audio_tokens, d, true)?,
+            mel_head: Linear::load(&g, keys::MEL_HEAD, a.gpt_num_audio_tokens, d, true)?,
             device: l.device.clone(),
             config,
         })

@@ -14,14 +14,18 @@ pub mod cloning_mel;
 pub mod conditioning;
 pub mod convert;
 pub mod engine;
+pub mod family;
 pub mod folder;
 pub mod gpt;
 pub mod gpt_config;
 pub mod hifigan;
 pub mod hifigan_stream;
+pub mod keys;
 mod layers;
 pub mod reference_audio;
 pub mod speaker_encoder;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod text;
 pub mod tokenizer;
 mod vocoder;

@@ -11,6 +11,7 @@
 use super::convert::MODEL_SAFETENSORS;
 use super::hifigan::{Conditioning, DecoderRates, HifiGan};
 use super::hifigan_stream::HifiGanStream;
+use super::keys;
 use crate::engine::{EngineError, PcmSink};
 use crate::nn::checkpoint::Checkpoint;
 use crate::nn::layers::Loader;
@@ -137,7 +138,7 @@ fn load<T: Tensor>(
     let weights = Checkpoint::open(&dir.join(MODEL_SAFETENSORS))?;
     let dtype = if T::is_cpu(device) { DType::F32 } else { dtype };
     let loader = Loader::<T>::new(&weights, device, dtype);
-    let decoder = HifiGan::load(&loader.scoped("hifigan_decoder."), rates)?;
+    let decoder = HifiGan::load(&loader.scoped(&keys::scope(keys::HIFIGAN_DECODER)), rates)?;
     Ok((weights, decoder))
 }
 

@@ -13,6 +13,7 @@ use super::cloning_mel::SAMPLE_RATE;
 use super::conditioning::{CloningSettings, Conditioner};
 use super::folder::XttsFolder;
 use super::gpt_config::GptConfig;
+use super::keys;
 use super::reference_audio::{prepare_reference, sinc_resample};
 use super::speaker_encoder::{SpeakerEncoder, SPEAKER_SAMPLE_RATE};
 use super::tokenizer::XttsTokenizer;
@@ -54,7 +55,8 @@ impl<T: Tensor> XttsVoiceEncoder<T> {
         // The speaker encoder's convolutions stay f32 on the CPU (no fast bf16 path).
         let speaker_dtype = if T::is_cpu(device) { DType::F32 } else { dtype };
         let speaker_loader = Loader::<T>::new(&folder.weights, device, speaker_dtype);
-        let speaker = SpeakerEncoder::load(&speaker_loader.scoped("hifigan_decoder."))?;
+        let speaker =
+            SpeakerEncoder::load(&speaker_loader.scoped(&keys::scope(keys::HIFIGAN_DECODER)))?;
         let d = &config.defaults;
         Ok(Some(XttsVoiceEncoder {
             conditioner,

@@ -2,19 +2,16 @@
 //! commands it sends the transcription worker, and the worker's side of each session.
 //!
 //! A session transcribes one item at a time: the audio appended since the last commit or
-//! clear. Its samples (16 kHz, resampled by the connection) go through the model's streaming
-//! encoder as they come ([`AudioStream`]), and its positions join the worker's batched decode
-//! steps ([`BatchDecoder`]) from the first one on, so text comes out while the client speaks.
+//! clear. Its samples (at the model's rate, resampled by the connection) go to the model as
+//! they come ([`Utterance::push`]), and its positions join the worker's batched decode steps
+//! ([`TranscriptionBatch`]) from the first one on, so text comes out while the client speaks.
 //! A commit appends the right pad; the item drains and completes, and what the client sends
 //! meanwhile waits for it, in order. A session holds a decoder slot only while an item is
 //! open; the number of sessions is bounded where they are opened ([`LiveSessions::open`]), so
 //! slots never run out.
 
-use super::{stable_delta, Inbox, TranscriptionMetrics};
-use crate::models::voxtral_realtime::batch::{BatchDecoder, Utterance};
-use crate::models::voxtral_realtime::streaming::AudioStream;
-use crate::models::voxtral_realtime::transcriber::Transcriber;
-use crate::tensor::Tensor;
+use super::{stable_delta, Inbox, TranscriptionMetrics, UtteranceOf};
+use crate::engine::stt::{SpeechToText, TranscriptionBatch, Utterance};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
@@ -188,11 +185,13 @@ enum Queued {
     Clear,
 }
 
+/// A model's batch, whose slots hold the items' utterances.
+type BatchOf<'m, E> = <E as SpeechToText>::Batch<'m>;
+
 /// The item being transcribed.
-struct Item<'m, T: Tensor> {
+struct Item<U> {
     id: Arc<str>,
-    audio: AudioStream<'m, T>,
-    utterance: Utterance<T>,
+    utterance: U,
     /// Text sent as deltas.
     sent: String,
     /// Tokens seen after the last step: a step that adds one had this item in its batch.
@@ -204,9 +203,9 @@ struct Item<'m, T: Tensor> {
     committed: bool,
 }
 
-struct Session<'m, T: Tensor> {
+struct Session<U> {
     events: mpsc::UnboundedSender<LiveEvent>,
-    item: Option<Item<'m, T>>,
+    item: Option<Item<U>>,
     /// Commands behind a committed item that is still draining.
     queued: VecDeque<Queued>,
     /// An item that failed: its later appends and its commit are dropped.
@@ -214,16 +213,18 @@ struct Session<'m, T: Tensor> {
 }
 
 /// The worker's side of every open session.
-pub(super) struct LiveStreams<'m, T: Tensor> {
-    model: &'m Transcriber<T>,
-    sessions: HashMap<u64, Session<'m, T>>,
+pub(super) struct LiveStreams<'m, E: SpeechToText + 'm> {
+    model: &'m E,
+    sample_rate: u32,
+    sessions: HashMap<u64, Session<UtteranceOf<'m, E>>>,
     metrics: TranscriptionMetrics,
 }
 
-impl<'m, T: Tensor> LiveStreams<'m, T> {
-    pub(super) fn new(model: &'m Transcriber<T>, metrics: TranscriptionMetrics) -> Self {
+impl<'m, E: SpeechToText + 'm> LiveStreams<'m, E> {
+    pub(super) fn new(model: &'m E, metrics: TranscriptionMetrics) -> Self {
         LiveStreams {
             model,
+            sample_rate: model.card().sample_rate,
             sessions: HashMap::new(),
             metrics,
         }
@@ -233,7 +234,7 @@ impl<'m, T: Tensor> LiveStreams<'m, T> {
         self.sessions.len()
     }
 
-    pub(super) fn command(&mut self, command: LiveCommand, decoder: &mut BatchDecoder<'m, T>) {
+    pub(super) fn command(&mut self, command: LiveCommand, decoder: &mut BatchOf<'m, E>) {
         match command {
             LiveCommand::Open { session, events } => {
                 self.sessions.insert(
@@ -273,7 +274,7 @@ impl<'m, T: Tensor> LiveStreams<'m, T> {
     }
 
     /// Applies `command` now, or after the draining item when there is one.
-    fn queue(&mut self, session: u64, command: Queued, decoder: &mut BatchDecoder<'m, T>) {
+    fn queue(&mut self, session: u64, command: Queued, decoder: &mut BatchOf<'m, E>) {
         let Some(s) = self.sessions.get_mut(&session) else {
             return;
         };
@@ -282,8 +283,7 @@ impl<'m, T: Tensor> LiveStreams<'m, T> {
     }
 
     /// Applies the session's queued commands until one waits for a draining item.
-    fn run_queued(&mut self, session: u64, decoder: &mut BatchDecoder<'m, T>) {
-        let model = self.model;
+    fn run_queued(&mut self, session: u64, decoder: &mut BatchOf<'m, E>) {
         loop {
             let Some(s) = self.sessions.get_mut(&session) else {
                 return;
@@ -304,40 +304,35 @@ impl<'m, T: Tensor> LiveStreams<'m, T> {
                         continue;
                     }
                     if s.item.is_none() {
-                        match start_item(model, decoder, &item) {
-                            Ok(started) => s.item = Some(started),
-                            Err(message) => {
-                                fail(s, item, message);
+                        match decoder.start_live() {
+                            Ok(utterance) => s.item = Some(Item::new(&item, utterance)),
+                            Err(e) => {
+                                fail(s, item, e.to_string());
                                 continue;
                             }
                         }
                     }
                     let open = s.item.as_mut().expect("an open item");
-                    let pushed = open.audio.push(&samples);
-                    open.arrivals.push_back((open.audio.samples(), received));
-                    match pushed {
-                        Ok(embeddings) => feed(&mut open.utterance, embeddings),
-                        Err(e) => {
-                            let item = s.item.take().expect("an open item");
-                            let id = item.id.clone();
-                            self.end(item, decoder);
-                            let s = self.sessions.get_mut(&session).expect("the session");
-                            fail(s, id, e.to_string());
-                        }
+                    let pushed = open.utterance.push(&samples);
+                    open.arrivals
+                        .push_back((open.utterance.samples(), received));
+                    if let Err(e) = pushed {
+                        let item = s.item.take().expect("an open item");
+                        let id = item.id.clone();
+                        self.end(item, decoder);
+                        let s = self.sessions.get_mut(&session).expect("the session");
+                        fail(s, id, e.to_string());
                     }
                 }
                 Queued::Commit => {
                     if let Some(open) = s.item.as_mut() {
                         open.committed = true;
-                        match open.audio.finish() {
-                            Ok(embeddings) => feed(&mut open.utterance, embeddings),
-                            Err(e) => {
-                                let item = s.item.take().expect("an open item");
-                                let id = item.id.clone();
-                                self.end(item, decoder);
-                                let s = self.sessions.get_mut(&session).expect("the session");
-                                fail(s, id, e.to_string());
-                            }
+                        if let Err(e) = open.utterance.finish() {
+                            let item = s.item.take().expect("an open item");
+                            let id = item.id.clone();
+                            self.end(item, decoder);
+                            let s = self.sessions.get_mut(&session).expect("the session");
+                            fail(s, id, e.to_string());
                         }
                     }
                     let s = self.sessions.get_mut(&session).expect("the session");
@@ -356,7 +351,7 @@ impl<'m, T: Tensor> LiveStreams<'m, T> {
     /// The open items' utterances, for a decode step.
     pub(super) fn utterances(
         &mut self,
-    ) -> impl Iterator<Item = &mut Utterance<T>> + use<'_, 'm, T> {
+    ) -> impl Iterator<Item = &mut UtteranceOf<'m, E>> + use<'_, 'm, E> {
         self.sessions
             .values_mut()
             .filter_map(|s| s.item.as_mut())
@@ -365,7 +360,7 @@ impl<'m, T: Tensor> LiveStreams<'m, T> {
 
     /// After a decode step that took `elapsed`: each item's new text out, the drained items
     /// completed, and the commands that waited for them applied.
-    pub(super) fn after_step(&mut self, elapsed: Duration, decoder: &mut BatchDecoder<'m, T>) {
+    pub(super) fn after_step(&mut self, elapsed: Duration, decoder: &mut BatchOf<'m, E>) {
         let model = self.model;
         let mut drained = Vec::new();
         for (&id, s) in &mut self.sessions {
@@ -376,7 +371,7 @@ impl<'m, T: Tensor> LiveStreams<'m, T> {
             if tokens.len() > item.seen_tokens {
                 item.seen_tokens = tokens.len();
                 item.busy += elapsed;
-                let decoded = model.tokenizer.decode(tokens);
+                let decoded = model.text(tokens);
                 let delta = stable_delta(&decoded, &item.sent);
                 if !delta.is_empty() {
                     item.sent.push_str(&delta);
@@ -396,7 +391,7 @@ impl<'m, T: Tensor> LiveStreams<'m, T> {
         for id in drained {
             let s = self.sessions.get_mut(&id).expect("the session");
             let item = s.item.take().expect("a drained item");
-            let transcript = model.tokenizer.decode(item.utterance.tokens());
+            let transcript = model.text(item.utterance.tokens());
             if let Some(rest) = transcript.strip_prefix(item.sent.as_str()) {
                 if !rest.is_empty() {
                     let _ = s.events.send(LiveEvent::Delta {
@@ -405,7 +400,7 @@ impl<'m, T: Tensor> LiveStreams<'m, T> {
                     });
                 }
             }
-            let audio_seconds = item_seconds(model, &item);
+            let audio_seconds = item.seconds(self.sample_rate);
             if audio_seconds > 0.0 {
                 self.metrics
                     .real_time_factor
@@ -422,7 +417,7 @@ impl<'m, T: Tensor> LiveStreams<'m, T> {
     }
 
     /// Fails every open item (a panic in a step they took part in) and frees its slot.
-    pub(super) fn fail_all(&mut self, message: &str, decoder: &mut BatchDecoder<'m, T>) {
+    pub(super) fn fail_all(&mut self, message: &str, decoder: &mut BatchOf<'m, E>) {
         let ids: Vec<u64> = self.sessions.keys().copied().collect();
         for id in ids {
             self.fail_session(id, message, decoder);
@@ -435,7 +430,7 @@ impl<'m, T: Tensor> LiveStreams<'m, T> {
         &mut self,
         session: u64,
         message: &str,
-        decoder: &mut BatchDecoder<'m, T>,
+        decoder: &mut BatchOf<'m, E>,
     ) {
         let Some(s) = self.sessions.get_mut(&session) else {
             return;
@@ -450,60 +445,41 @@ impl<'m, T: Tensor> LiveStreams<'m, T> {
     }
 
     /// Frees the item's slot and counts its audio.
-    fn end(&self, item: Item<'m, T>, decoder: &mut BatchDecoder<'m, T>) {
-        let seconds = item_seconds(self.model, &item);
-        self.metrics.audio_seconds.record(seconds);
+    fn end(&self, item: Item<UtteranceOf<'m, E>>, decoder: &mut BatchOf<'m, E>) {
+        self.metrics
+            .audio_seconds
+            .record(item.seconds(self.sample_rate));
         decoder.end(item.utterance);
     }
 }
 
-fn item_seconds<T: Tensor>(model: &Transcriber<T>, item: &Item<'_, T>) -> f64 {
-    item.audio.samples() as f64 / f64::from(model.config.mel.sample_rate)
-}
+impl<U: Utterance> Item<U> {
+    fn new(id: &Arc<str>, utterance: U) -> Self {
+        Item {
+            id: id.clone(),
+            utterance,
+            sent: String::new(),
+            seen_tokens: 0,
+            busy: Duration::ZERO,
+            arrivals: VecDeque::new(),
+            committed: false,
+        }
+    }
 
-fn feed<T: Tensor>(utterance: &mut Utterance<T>, embeddings: Option<T>) {
-    if let Some(embeddings) = embeddings {
-        utterance.feed(embeddings);
+    /// Seconds of audio received.
+    fn seconds(&self, sample_rate: u32) -> f64 {
+        self.utterance.samples() as f64 / f64::from(sample_rate)
     }
 }
 
-fn start_item<'m, T: Tensor>(
-    model: &'m Transcriber<T>,
-    decoder: &mut BatchDecoder<'m, T>,
-    id: &Arc<str>,
-) -> Result<Item<'m, T>, String> {
-    let audio = AudioStream::start(model).map_err(|e| e.to_string())?;
-    let utterance = decoder
-        .start()
-        .ok_or("no decoder slot is free for this session")?;
-    Ok(Item {
-        id: id.clone(),
-        audio,
-        utterance,
-        sent: String::new(),
-        seen_tokens: 0,
-        busy: Duration::ZERO,
-        arrivals: VecDeque::new(),
-        committed: false,
-    })
-}
-
-fn fail<T: Tensor>(s: &mut Session<'_, T>, item: Arc<str>, message: String) {
+fn fail<U>(s: &mut Session<U>, item: Arc<str>, message: String) {
     s.failed = Some(item.clone());
     let _ = s.events.send(LiveEvent::Failed { item, message });
 }
 
 /// Seconds from when the speech that the item's last token transcribes arrived to now.
-///
-/// The token decoded at position `p` reads the audio up to the end of position `p`, which is
-/// `p + 1 - left_pad` tokens into the item's audio; the model emits a word `delay` tokens
-/// after it was spoken, so the speech it transcribes ended `delay` tokens before that.
-fn speech_to_text_seconds<T: Tensor>(model: &Transcriber<T>, item: &mut Item<'_, T>) -> f64 {
-    let streaming = &model.config.streaming;
-    let position = streaming.prompt_len() - 1 + item.utterance.tokens().len() - 1;
-    let spoken_end = (position + 1)
-        .saturating_sub(streaming.left_pad_tokens + streaming.delay_tokens)
-        * streaming.samples_per_token;
+fn speech_to_text_seconds<U: Utterance>(model: &impl SpeechToText, item: &mut Item<U>) -> f64 {
+    let spoken_end = model.spoken_samples(item.utterance.tokens().len());
     // Appends wholly before that sample are no longer needed.
     while item.arrivals.len() > 1 && item.arrivals[0].0 < spoken_end {
         item.arrivals.pop_front();

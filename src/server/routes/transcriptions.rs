@@ -1,8 +1,8 @@
-//! `POST /v1/audio/transcriptions`: OpenAI's speech-to-text endpoint over a Voxtral Realtime
+//! `POST /v1/audio/transcriptions`: OpenAI's speech-to-text endpoint over a speech-to-text
 //! model (docs/voxtral-realtime-spec.md, section A).
 
 use crate::audio::input::{decode_to_rate, AudioInputError, DecodeLimits};
-use crate::models::voxtral_realtime::timing::{segments, TimedText};
+use crate::engine::stt::{segments, TimedText};
 use crate::scheduler::transcription::{
     TimedTranscript, TranscriptionEvent, TranscriptionJob, TranscriptionSubmitError,
 };

@@ -69,11 +69,11 @@ pub fn default_voice<'a>(model: &'a ModelCard, language: Option<&str>) -> Option
         .or_else(|| model.voices.first().map(|v| v.name.as_str()))
 }
 
-#[cfg(all(test, feature = "testmodel"))]
+#[cfg(all(test, feature = "testkit"))]
 mod tests {
     use super::*;
     use crate::models::voxtral_tts::catalog::example_card;
-    use crate::testmodel::PRESET_VOICES;
+    use crate::models::voxtral_tts::testkit::PRESET_VOICES;
 
     #[test]
     fn every_preset_is_a_voice_with_its_language() {

@@ -12,8 +12,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 use voxtral_tts::engine::{SpeechSession, TextToSpeech};
+use voxtral_tts::models::voxtral_tts::testkit::cached_endless_test_model;
+use voxtral_tts::models::voxtral_tts::testkit::Preset;
 use voxtral_tts::scheduler::{start_worker, EngineState, JobQueue, LoadedModel, WorkerSettings};
-use voxtral_tts::testmodel::{cached_endless_test_model, Preset};
 
 /// Samples per frame (80 ms at 24 kHz).
 pub const FRAME: usize = 1920;

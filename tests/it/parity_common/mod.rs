@@ -9,9 +9,10 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
+use voxtral_tts::models::voxtral_tts::testkit::cached_test_model;
+use voxtral_tts::models::voxtral_tts::testkit::Preset;
 use voxtral_tts::models::voxtral_tts::{Noise, StopReason, Synthesis, SynthesisRequest, Voxtral};
 use voxtral_tts::tensor::{DType, Tensor};
-use voxtral_tts::testmodel::{cached_test_model, Preset};
 
 /// Waveform tolerance against the reference (max abs, f32 compute).
 pub const WAVEFORM_TOLERANCE: f32 = 1e-4;

@@ -11,15 +11,15 @@ if [[ ! -x $PY ]]; then
   $PY -m pip install -q -r tools/goldens/qwen3_tts/requirements.txt
   $PY -m pip install -q --no-deps "qwen-tts==0.1.1"
 fi
-cargo build -q
-BIN=${CARGO_TARGET_DIR:-target}/debug/voxtral-tts
+cargo build -q --features testkit --bin make-test-model
+MAKE_TEST_MODEL=${CARGO_TARGET_DIR:-target}/debug/make-test-model
 SEED=0
 OUT=tests/goldens/qwen3_tts
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for preset in qwen3-tiny-base qwen3-tiny-base-1b7 qwen3-tiny-custom-voice \
   qwen3-tiny-custom-voice-1b7 qwen3-tiny-voice-design; do
-  $BIN make-test-model --out "$tmp/$preset" --preset "$preset" --seed "$SEED"
+  $MAKE_TEST_MODEL --out "$tmp/$preset" --preset "$preset" --seed "$SEED"
   # The speech tokenizer is the same in every preset: its decoder-only cases are made once.
   extra=()
   [[ $preset == qwen3-tiny-base ]] && extra=(--decoder-cases)

@@ -1,7 +1,7 @@
 """XTTS-v2 GPT goldens from coqui-tts 0.28.0 on a `make-test-model --preset xtts-tiny` folder.
 
     PY=.deps/xtts-ref-venv/bin/python   # coqui-tts 0.28.0, torch 2.11.0 (references-on-cpu.md)
-    cargo run --features testmodel -- make-test-model --preset xtts-tiny --out target/xtts-tiny
+    cargo run --features testkit --bin make-test-model -- --preset xtts-tiny --out target/xtts-tiny
     $PY tools/goldens/xtts/make_goldens.py --model target/xtts-tiny --seed 0 --out tests/goldens/xtts
 
 The folder is loaded as coqui's loader would load its `model.pth`: `XttsConfig.load_json`,
@@ -11,7 +11,7 @@ vocoder and speaker encoder (`hifigan_decoder.*`) are left out: nothing here run
 folder's are narrower than coqui's hard-coded widths, so coqui could not load them.
 
 The goldens were made when the folder held the GPT half only; `checkpoint_sha256` is that
-file's hash, which tests/it/parity_xtts.rs checks against `testmodel::write_xtts_gpt_checkpoint`.
+file's hash, which tests/it/parity_xtts.rs checks against `models::xtts::testkit::write_gpt_checkpoint`.
 A new run must record that file's hash, not the folder's `model.safetensors`.
 
 Everything runs through the reference's own functions, in float32 on the CPU:

@@ -1,6 +1,6 @@
 """Goldens for XTTS-v2's speaker encoder and HiFi-GAN decoder (tests/it/parity_xtts_vocoder.rs).
 
-Loads the project's random `hifigan_decoder.*` checkpoint (src/testmodel/xtts_vocoder.rs) into
+Loads the project's random `hifigan_decoder.*` checkpoint (src/models/xtts/testkit/vocoder.rs) into
 coqui-tts 0.28.0's own `HifiDecoder`, built as `Xtts.init_models` builds it for the published
 config, and records what it computes:
 

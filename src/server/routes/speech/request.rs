@@ -230,11 +230,11 @@ impl Speech {
     }
 }
 
-#[cfg(all(test, feature = "testmodel"))]
+#[cfg(all(test, feature = "testkit"))]
 mod tests {
     use super::*;
     use crate::models::voxtral_tts::catalog::example_card;
-    use crate::testmodel::PRESET_VOICES;
+    use crate::models::voxtral_tts::testkit::PRESET_VOICES;
     use axum::http::StatusCode;
     use serde_json::json;
 

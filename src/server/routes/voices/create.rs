@@ -203,8 +203,8 @@ async fn blocking<T: Send + 'static>(
 /// request names none) and `model` (a served model's id; the default model when absent). Use
 /// the voice in speech requests as `"voice": {"id": "voice_..."}`. The same clip, transcript,
 /// language and model under the same name returns the voice already stored. Only models that
-/// clone accept it (Qwen3-TTS Base, XTTS-v2); the voice is kept in the server's voices folder
-/// across restarts.
+/// clone accept it (`capabilities.cloning` in /v1/models); the voice is kept in the server's
+/// voices folder across restarts.
 #[utoipa::path(post, path = "/v1/audio/voices", tag = "audio", security(("api_key" = [])),
     request_body(content_type = "multipart/form-data", description = "audio_sample, name, transcript, language, model"),
     responses(
@@ -241,7 +241,7 @@ pub async fn create_voice(
             return Err(ApiError::invalid(
                 "model",
                 format!(
-                "the model '{}' ({}) cannot clone voices; Qwen3-TTS Base and XTTS-v2 models can",
+                "the model '{}' ({}) cannot clone voices: /v1/models says which can (capabilities.cloning)",
                 served.id, card.card.family
             ),
             ))

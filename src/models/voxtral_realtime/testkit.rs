@@ -6,11 +6,24 @@
 //! streaming constant keeps its real value, and the attention windows are small so that short
 //! audio crosses them.
 
-use super::tekken::write_tekken;
-use super::{write_safetensors, Init, Spec, Stored};
-use anyhow::Result;
+use super::keys;
+use crate::testkit::endless::edit_rows;
+use crate::testkit::tekken::write_tekken;
+use crate::testkit::{
+    cached_folder, progress_bar, write_safetensors, Init, Spec, Stored, TestModel,
+};
+use crate::tokenizers::tekken::Tekken;
+use anyhow::{Context, Result};
 use serde_json::json;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// The preset `make-test-model` writes.
+pub const TEST_MODELS: &[TestModel] = &[TestModel {
+    name: "stt-tiny",
+    about: "Voxtral Realtime (speech to text), small dims, real layout and audio constants",
+    write: make_test_model,
+    published_size: Some(make_published_size_model),
+}];
 
 /// Special tokens at their ranks in the published tokenizer; the prompt needs `<s>` (1) and
 /// `[STREAMING_PAD]` (32), decoding stops on `</s>` (2). `[TRANSCRIBE]` (34) is the rank all
@@ -30,26 +43,26 @@ const SPECIAL_RANKS: usize = 1000;
 const MERGES: usize = 44;
 
 /// The sizes that differ between the tiny and the published model.
-pub(super) struct SttDims {
-    pub enc_dim: usize,
-    pub enc_layers: usize,
-    pub enc_heads: usize,
-    pub enc_head_dim: usize,
-    pub enc_hidden: usize,
-    pub enc_window: usize,
-    pub dim: usize,
-    pub layers: usize,
-    pub heads: usize,
-    pub kv_heads: usize,
-    pub head_dim: usize,
-    pub hidden: usize,
-    pub window: usize,
-    pub vocab: usize,
+struct SttDims {
+    enc_dim: usize,
+    enc_layers: usize,
+    enc_heads: usize,
+    enc_head_dim: usize,
+    enc_hidden: usize,
+    enc_window: usize,
+    dim: usize,
+    layers: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    hidden: usize,
+    window: usize,
+    vocab: usize,
 }
 
 /// Encoder attention 4 × 24 = 96 wide over a 64-wide stream (the real one is 2048 over 1280);
 /// decoder GQA 2; windows of 40 encoder frames and 48 positions.
-pub(super) const STT_TINY: SttDims = SttDims {
+const STT_TINY: SttDims = SttDims {
     enc_dim: 64,
     enc_layers: 2,
     enc_heads: 4,
@@ -68,7 +81,7 @@ pub(super) const STT_TINY: SttDims = SttDims {
 
 /// The published sizes (spec §1 and §9): 4.43 G values, 8.86 GB in bf16. The tokenizer
 /// fills the published vocabulary with learned and random merges.
-pub(super) const STT_PUBLISHED: SttDims = SttDims {
+const STT_PUBLISHED: SttDims = SttDims {
     enc_dim: 1280,
     enc_layers: 32,
     enc_heads: 32,
@@ -132,16 +145,16 @@ fn tekken_audio() -> serde_json::Value {
 }
 
 /// Every tensor of the published layout, in file order.
-pub(super) fn specs(d: &SttDims) -> Vec<Spec> {
+fn specs(d: &SttDims) -> Vec<Spec> {
     let mut out = Vec::new();
     let mut push = |key: String, shape: Vec<usize>, init: Init| out.push(Spec { key, shape, init });
     let norm = Init::Around(1.0, 0.1);
     let bias = Init::Around(0.0, 0.1);
-    let e = "mm_streams_embeddings.embedding_module.";
-    let w = format!("{e}whisper_encoder.");
+    let e = keys::EMBEDDING_MODULE;
+    let w = format!("{e}{}", keys::ENCODER);
     let (ed, eh) = (d.enc_dim, d.enc_heads * d.enc_head_dim);
     for (i, input) in [NUM_MEL_BINS, ed].into_iter().enumerate() {
-        let p = format!("{w}conv_layers.{i}.conv");
+        let p = format!("{w}{}", keys::CONV_STEM[i]);
         push(
             format!("{p}.weight"),
             vec![ed, input, 3],
@@ -150,59 +163,59 @@ pub(super) fn specs(d: &SttDims) -> Vec<Spec> {
         push(format!("{p}.bias"), vec![ed], bias);
     }
     for l in 0..d.enc_layers {
-        let p = format!("{w}transformer.layers.{l}");
-        push(format!("{p}.attention_norm.weight"), vec![ed], norm);
-        push(format!("{p}.ffn_norm.weight"), vec![ed], norm);
+        let p = format!("{w}{}", keys::encoder_layer(l));
+        push(format!("{p}attention_norm.weight"), vec![ed], norm);
+        push(format!("{p}ffn_norm.weight"), vec![ed], norm);
         push(
-            format!("{p}.attention.wq.weight"),
+            format!("{p}attention.wq.weight"),
             vec![eh, ed],
             Init::Linear(ed),
         );
-        push(format!("{p}.attention.wq.bias"), vec![eh], bias);
+        push(format!("{p}{}", keys::QUERY_BIAS), vec![eh], bias);
         // The published checkpoint has no wk bias (vLLM loads a zero one).
         push(
-            format!("{p}.attention.wk.weight"),
+            format!("{p}attention.wk.weight"),
             vec![eh, ed],
             Init::Linear(ed),
         );
         push(
-            format!("{p}.attention.wv.weight"),
+            format!("{p}attention.wv.weight"),
             vec![eh, ed],
             Init::Linear(ed),
         );
-        push(format!("{p}.attention.wv.bias"), vec![eh], bias);
+        push(format!("{p}{}", keys::VALUE_BIAS), vec![eh], bias);
         push(
-            format!("{p}.attention.wo.weight"),
+            format!("{p}attention.wo.weight"),
             vec![ed, eh],
             Init::Linear(eh),
         );
-        push(format!("{p}.attention.wo.bias"), vec![ed], bias);
+        push(format!("{p}{}", keys::OUTPUT_BIAS), vec![ed], bias);
         push(
-            format!("{p}.feed_forward.w1.weight"),
+            format!("{p}feed_forward.w1.weight"),
             vec![d.enc_hidden, ed],
             Init::Linear(ed),
         );
         push(
-            format!("{p}.feed_forward.w2.weight"),
+            format!("{p}feed_forward.w2.weight"),
             vec![ed, d.enc_hidden],
             Init::Linear(d.enc_hidden),
         );
-        push(format!("{p}.feed_forward.w2.bias"), vec![ed], bias);
+        push(format!("{p}{}", keys::DOWN_BIAS), vec![ed], bias);
         push(
-            format!("{p}.feed_forward.w3.weight"),
+            format!("{p}feed_forward.w3.weight"),
             vec![d.enc_hidden, ed],
             Init::Linear(ed),
         );
     }
-    push(format!("{w}transformer.norm.weight"), vec![ed], norm);
+    push(format!("{w}{}", keys::ENCODER_NORM), vec![ed], norm);
     let stacked = ed * DOWNSAMPLE_FACTOR;
     push(
-        format!("{e}audio_language_projection.0.weight"),
+        format!("{e}{}", keys::ADAPTER_IN),
         vec![d.dim, stacked],
         Init::Linear(stacked),
     );
     push(
-        format!("{e}audio_language_projection.2.weight"),
+        format!("{e}{}", keys::ADAPTER_OUT),
         vec![d.dim, d.dim],
         Init::Linear(d.dim),
     );
@@ -210,7 +223,7 @@ pub(super) fn specs(d: &SttDims) -> Vec<Spec> {
     // logit wins and greedy decoding repeats one token whatever the audio; the special rows
     // (mostly unused placeholders) smaller still, or 1000 of the 1300 rows crowd the text out.
     push(
-        format!("{e}tok_embeddings.weight"),
+        keys::TOKEN_EMBEDDINGS.into(),
         vec![d.vocab, d.dim],
         Init::QuietRows {
             rows: SPECIAL_RANKS,
@@ -259,14 +272,15 @@ pub(super) fn specs(d: &SttDims) -> Vec<Spec> {
             vec![d.hidden, d.dim],
             Init::Linear(d.dim),
         );
+        let conditioning = keys::delay_conditioning(l);
         push(
-            format!("{p}.ada_rms_norm_t_cond.0.weight"),
+            format!("{conditioning}.0.weight"),
             vec![T_COND_DIM, d.dim],
             Init::Linear(d.dim),
         );
         // Small: the ada scale `1 + ...` stays near 1, as in a trained model.
         push(
-            format!("{p}.ada_rms_norm_t_cond.2.weight"),
+            format!("{conditioning}.2.weight"),
             vec![d.dim, T_COND_DIM],
             Init::Around(0.0, 0.1),
         );
@@ -276,18 +290,49 @@ pub(super) fn specs(d: &SttDims) -> Vec<Spec> {
 }
 
 /// Writes the stt-tiny folder to `out`.
-pub(super) fn make_stt_test_model(out: &Path, seed: u64) -> Result<()> {
+pub fn make_test_model(out: &Path, seed: u64) -> Result<()> {
     make_model(out, &STT_TINY, seed, indicatif::ProgressBar::hidden())
 }
 
 /// The same folder at the published sizes, for benchmarks (8.86 GB, shown as it is written).
 pub fn make_published_size_model(out: &Path, seed: u64) -> Result<()> {
-    let progress = indicatif::ProgressBar::new(0).with_style(
-        indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} ({eta})")
-            .expect("valid template"),
-    );
+    let progress = progress_bar(true);
     progress.set_message("consolidated.safetensors");
     make_model(out, &STT_PUBLISHED, seed, progress)
+}
+
+/// The stt-tiny folder under `target/test-models/`, made on first use.
+pub fn cached_test_model(seed: u64) -> Result<PathBuf> {
+    cached_folder("stt-tiny", seed, "consolidated.safetensors", |dir| {
+        make_test_model(dir, seed)
+    })
+}
+
+/// [`cached_test_model`]'s folder, but one that never says `</s>` ([`never_end_transcript`]):
+/// it decodes every position of the audio, the same on every CPU.
+pub fn cached_endless_test_model(seed: u64) -> Result<PathBuf> {
+    cached_folder(
+        "stt-tiny-endless",
+        seed,
+        "consolidated.safetensors",
+        |dir| {
+            make_test_model(dir, seed)?;
+            let tekken = Tekken::from_file(&dir.join("tekken.json"))?;
+            let eos = tekken
+                .special_id("</s>")
+                .context("the test tekken.json has no </s>")?;
+            never_end_transcript(&dir.join("consolidated.safetensors"), eos as usize)
+        },
+    )
+}
+
+/// `</s>`'s row of the tied embedding (the head) zero, and the rows after it in opposite pairs
+/// ([`crate::testkit::endless`]). Decoding stays bounded: one token per audio position.
+pub fn never_end_transcript(weights: &Path, eos: usize) -> Result<()> {
+    edit_rows(weights, keys::TOKEN_EMBEDDINGS, |embeddings| {
+        embeddings.zero(eos);
+        embeddings.mirror(eos + 1..embeddings.rows);
+    })
 }
 
 fn make_model(out: &Path, d: &SttDims, seed: u64, progress: indicatif::ProgressBar) -> Result<()> {
@@ -322,7 +367,6 @@ mod tests {
     use super::*;
     use crate::models::voxtral_realtime::params::Config;
     use crate::nn::checkpoint::Checkpoint;
-    use crate::tokenizers::tekken::Tekken;
 
     #[test]
     fn real_sizes_give_the_published_tensor_table() {
@@ -378,8 +422,8 @@ mod tests {
     #[test]
     fn stt_tiny_is_deterministic_and_loads() {
         let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        make_stt_test_model(a.path(), 0).unwrap();
-        make_stt_test_model(b.path(), 0).unwrap();
+        make_test_model(a.path(), 0).unwrap();
+        make_test_model(b.path(), 0).unwrap();
         for file in ["params.json", "tekken.json", "consolidated.safetensors"] {
             let (x, y) = (a.path().join(file), b.path().join(file));
             assert_eq!(
@@ -389,7 +433,7 @@ mod tests {
             );
         }
         let other = tempfile::tempdir().unwrap();
-        make_stt_test_model(other.path(), 1).unwrap();
+        make_test_model(other.path(), 1).unwrap();
         let weights = |dir: &Path| std::fs::read(dir.join("consolidated.safetensors")).unwrap();
         assert_ne!(weights(a.path()), weights(other.path()));
 

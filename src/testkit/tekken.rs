@@ -195,7 +195,7 @@ pub fn write_test_tekken(
 /// Writes a v7 `tekken.json` like [`write_test_tekken`]'s, with `specials` named at their
 /// ranks (the others `<SPECIAL_N>` or mistral-common's deprecated defaults) and `audio` as
 /// the file's `audio` section.
-pub(crate) fn write_tekken(
+pub fn write_tekken(
     path: &Path,
     num_merges: usize,
     specials: &[(usize, &str)],

@@ -9,21 +9,43 @@
 //! others so that its logit tops the 1025 others now and then: greedy decoding stops by itself
 //! well before the length cap, as with the real model.
 
-use super::xtts_vocoder::{
-    sized_hifigan_decoder_tensors, GeneratedTensor, VocoderDims,
-    EMBEDDING as SPEAKER_EMBEDDING_WIDTH,
-};
-use super::{rng_for, write_safetensors, Init, Spec, Stored};
+pub mod vocab;
+pub mod vocoder;
+
+use super::keys;
 use crate::nn::safetensors_writer::{self, TensorSpec};
+use crate::testkit::endless::edit_rows;
+use crate::testkit::{cached_folder, rng_for, write_safetensors, Init, Spec, Stored, TestModel};
 use anyhow::{Context, Result};
 use rand::Rng;
 use safetensors::Dtype;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use vocoder::{
+    sized_hifigan_decoder_tensors, GeneratedTensor, VocoderDims,
+    EMBEDDING as SPEAKER_EMBEDDING_WIDTH,
+};
 
 /// The published `config.json` (coqui/XTTS-v2), whose field names the tiny one keeps.
-const PUBLISHED_CONFIG: &str = include_str!("../../tests/data/xtts/config.json");
+const PUBLISHED_CONFIG: &str = include_str!("../../../../tests/data/xtts/config.json");
+
+/// The presets `make-test-model` writes.
+pub const TEST_MODELS: &[TestModel] = &[
+    TestModel {
+        name: "xtts-tiny",
+        about: "XTTS-v2 with a 2-layer, 64-wide GPT and a HiFi-GAN and speaker encoder of tiny \
+                widths: a few MB, served by the tests",
+        write: |out, seed| make_test_model(out, XttsPreset::Tiny, seed),
+        published_size: None,
+    },
+    TestModel {
+        name: "xtts-full",
+        about: "XTTS-v2 at the published sizes, random (1.9 GB): for benchmarks",
+        write: |out, seed| make_test_model(out, XttsPreset::Full, seed),
+        published_size: None,
+    },
+];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum XttsPreset {
@@ -269,7 +291,7 @@ fn gpt_specs(dims: &Dims, text_tokens: usize) -> Vec<Spec> {
     t.layer_norm("gpt.final_norm", d);
     t.linear("gpt.text_head", text_tokens, d, true);
     t.add(
-        "gpt.mel_head.weight".into(),
+        format!("{}.{}.weight", keys::GPT, keys::MEL_HEAD),
         &[audio_tokens, d],
         Init::LoudRow {
             fan_in: d,
@@ -278,7 +300,11 @@ fn gpt_specs(dims: &Dims, text_tokens: usize) -> Vec<Spec> {
             gain: STOP_ROW_GAIN,
         },
     );
-    t.add("gpt.mel_head.bias".into(), &[audio_tokens], BIAS);
+    t.add(
+        format!("{}.{}.bias", keys::GPT, keys::MEL_HEAD),
+        &[audio_tokens],
+        BIAS,
+    );
 
     t.pointwise_conv("gpt.conditioning_encoder.init", d, MELS);
     for block in 0..CONDITIONING_BLOCKS {
@@ -433,6 +459,38 @@ pub fn make_test_model(out: &Path, preset: XttsPreset, seed: u64) -> Result<()> 
             .map(Source::Made),
     );
     write_tensors(&out.join("model.safetensors"), &tensors, seed)
+}
+
+/// The `xtts-tiny` folder under `target/test-models/`, made on first use.
+pub fn cached_test_model(seed: u64) -> Result<PathBuf> {
+    cached_folder("xtts-tiny", seed, "model.safetensors", |dir| {
+        make_test_model(dir, XttsPreset::Tiny, seed)
+    })
+}
+
+/// [`cached_test_model`]'s folder, but one whose GPT never picks the stop code
+/// ([`never_stop_audio`]): requests run to their code limit on every CPU.
+pub fn cached_endless_test_model(seed: u64) -> Result<PathBuf> {
+    cached_folder("xtts-tiny-endless", seed, "model.safetensors", |dir| {
+        make_test_model(dir, XttsPreset::Tiny, seed)?;
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json"))?)?;
+        let stop = config["model_args"]["gpt_stop_audio_token"]
+            .as_u64()
+            .context("config.json has no gpt_stop_audio_token")?;
+        never_stop_audio(&dir.join("model.safetensors"), stop as usize)
+    })
+}
+
+/// The stop code's `mel_head` row zero and its bias -10⁴ ([`crate::testkit::endless`]), a
+/// logit far below every other code's, so neither greedy decoding nor top-k/top-p sampling
+/// picks it.
+pub fn never_stop_audio(weights: &Path, stop: usize) -> Result<()> {
+    let head = format!("{}.{}", keys::GPT, keys::MEL_HEAD);
+    edit_rows(weights, &format!("{head}.weight"), |head| head.zero(stop))?;
+    edit_rows(weights, &format!("{head}.bias"), |bias| {
+        bias.set(stop, -1e4);
+    })
 }
 
 #[cfg(test)]

@@ -8,13 +8,61 @@
 //! configs refer to. The speech tokenizer is the same for every preset of one seed, as it is
 //! in the published folders.
 
-use super::{cached_folder, write_safetensors, Init, Spec, Stored};
-use crate::models::qwen3_tts::config::{
+use super::config::{
     Qwen3TtsConfig, SpeechDecoderConfig, SpeechEncoderConfig, SpeechTokenizerConfig, TtsModelType,
+};
+use super::keys;
+use crate::testkit::endless::edit_rows;
+use crate::testkit::{
+    cached_folder, progress_bar, write_safetensors, Init, Spec, Stored, TestModel,
 };
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
+
+/// The presets `make-test-model` writes, each also at the published sizes.
+pub const TEST_MODELS: &[TestModel] = &[
+    TestModel {
+        name: "qwen3-tiny-base",
+        about: "Qwen3-TTS-12Hz-0.6B-Base, tiny: voice cloning",
+        write: |out, seed| make_test_model(out, Qwen3Preset::TinyBase, seed),
+        published_size: Some(|out, seed| {
+            make_published_size_model(out, Qwen3Preset::TinyBase, seed)
+        }),
+    },
+    TestModel {
+        name: "qwen3-tiny-base-1b7",
+        about: "Qwen3-TTS-12Hz-1.7B-Base, tiny: a talker wider than its code predictor",
+        write: |out, seed| make_test_model(out, Qwen3Preset::TinyBase1b7, seed),
+        published_size: Some(|out, seed| {
+            make_published_size_model(out, Qwen3Preset::TinyBase1b7, seed)
+        }),
+    },
+    TestModel {
+        name: "qwen3-tiny-custom-voice",
+        about: "Qwen3-TTS-12Hz-0.6B-CustomVoice, tiny: the nine preset speakers",
+        write: |out, seed| make_test_model(out, Qwen3Preset::TinyCustomVoice, seed),
+        published_size: Some(|out, seed| {
+            make_published_size_model(out, Qwen3Preset::TinyCustomVoice, seed)
+        }),
+    },
+    TestModel {
+        name: "qwen3-tiny-custom-voice-1b7",
+        about: "Qwen3-TTS-12Hz-1.7B-CustomVoice, tiny: preset speakers steered by instructions",
+        write: |out, seed| make_test_model(out, Qwen3Preset::TinyCustomVoice1b7, seed),
+        published_size: Some(|out, seed| {
+            make_published_size_model(out, Qwen3Preset::TinyCustomVoice1b7, seed)
+        }),
+    },
+    TestModel {
+        name: "qwen3-tiny-voice-design",
+        about: "Qwen3-TTS-12Hz-1.7B-VoiceDesign, tiny: a voice described by an instruction",
+        write: |out, seed| make_test_model(out, Qwen3Preset::TinyVoiceDesign, seed),
+        published_size: Some(|out, seed| {
+            make_published_size_model(out, Qwen3Preset::TinyVoiceDesign, seed)
+        }),
+    },
+];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Qwen3Preset {
@@ -51,22 +99,22 @@ macro_rules! published {
     ($folder:literal) => {
         Published {
             config: include_str!(concat!(
-                "../../tests/data/qwen3_tts/",
+                "../../../tests/data/qwen3_tts/",
                 $folder,
                 "/config.json"
             )),
             generation_config: include_str!(concat!(
-                "../../tests/data/qwen3_tts/",
+                "../../../tests/data/qwen3_tts/",
                 $folder,
                 "/generation_config.json"
             )),
             configuration: include_str!(concat!(
-                "../../tests/data/qwen3_tts/",
+                "../../../tests/data/qwen3_tts/",
                 $folder,
                 "/configuration.json"
             )),
             preprocessor_config: include_str!(concat!(
-                "../../tests/data/qwen3_tts/",
+                "../../../tests/data/qwen3_tts/",
                 $folder,
                 "/preprocessor_config.json"
             )),
@@ -76,18 +124,18 @@ macro_rules! published {
 
 /// The published speech tokenizer's `config.json` (`speech_tokenizer/` of every folder).
 const SPEECH_TOKENIZER_CONFIG: &str =
-    include_str!("../../tests/data/qwen3_tts/Qwen3-TTS-Tokenizer-12Hz/config.json");
+    include_str!("../../../tests/data/qwen3_tts/Qwen3-TTS-Tokenizer-12Hz/config.json");
 
 /// Its other small files, copied as they are.
 const SPEECH_TOKENIZER_FILES: [(&str, &str); 2] = [
     (
         "configuration.json",
-        include_str!("../../tests/data/qwen3_tts/Qwen3-TTS-Tokenizer-12Hz/configuration.json"),
+        include_str!("../../../tests/data/qwen3_tts/Qwen3-TTS-Tokenizer-12Hz/configuration.json"),
     ),
     (
         "preprocessor_config.json",
         include_str!(
-            "../../tests/data/qwen3_tts/Qwen3-TTS-Tokenizer-12Hz/preprocessor_config.json"
+            "../../../tests/data/qwen3_tts/Qwen3-TTS-Tokenizer-12Hz/preprocessor_config.json"
         ),
     ),
 ];
@@ -96,15 +144,15 @@ const SPEECH_TOKENIZER_FILES: [(&str, &str); 2] = [
 const TOKENIZER_FILES: [(&str, &[u8]); 3] = [
     (
         "vocab.json",
-        include_bytes!("../../tests/data/qwen3_tts/tokenizer/vocab.json"),
+        include_bytes!("../../../tests/data/qwen3_tts/tokenizer/vocab.json"),
     ),
     (
         "merges.txt",
-        include_bytes!("../../tests/data/qwen3_tts/tokenizer/merges.txt"),
+        include_bytes!("../../../tests/data/qwen3_tts/tokenizer/merges.txt"),
     ),
     (
         "tokenizer_config.json",
-        include_bytes!("../../tests/data/qwen3_tts/tokenizer/tokenizer_config.json"),
+        include_bytes!("../../../tests/data/qwen3_tts/tokenizer/tokenizer_config.json"),
     ),
 ];
 
@@ -439,7 +487,7 @@ fn model_specs(cfg: &Qwen3TtsConfig) -> Vec<Spec> {
     t.linear_with_bias("talker.text_projection.linear_fc1", text, text);
     t.linear_with_bias("talker.text_projection.linear_fc2", h, text);
     t.add(
-        "talker.codec_head.weight".into(),
+        format!("{}.{}", keys::TALKER, keys::CODEC_HEAD),
         &[talker.vocab_size, h],
         Init::LoudRow {
             fan_in: h,
@@ -457,7 +505,7 @@ fn model_specs(cfg: &Qwen3TtsConfig) -> Vec<Spec> {
         kv_heads: cp.num_key_value_heads,
         head_dim: cp.head_dim,
     };
-    let p = "talker.code_predictor";
+    let p = keys::CODE_PREDICTOR;
     for i in 0..cp.num_hidden_layers {
         stack.qwen3_layer(&mut t, &format!("{p}.model.layers.{i}"));
     }
@@ -488,7 +536,7 @@ fn speaker_encoder_specs(cfg: &Qwen3TtsConfig, t: &mut Tensors) {
     let c = &cfg.speaker_encoder_config;
     let channels = &c.enc_channels;
     let kernels = &c.enc_kernel_sizes;
-    let p = "speaker_encoder";
+    let p = keys::SPEAKER_ENCODER;
     t.conv_with_bias(
         &format!("{p}.blocks.0.conv"),
         channels[0],
@@ -788,13 +836,7 @@ fn make_model(out: &Path, preset: Qwen3Preset, seed: u64, published_size: bool) 
         write(&speech_dir.join(name), text.as_bytes())?;
     }
 
-    let progress = indicatif::ProgressBar::new(0).with_style(
-        indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} ({eta})")
-            .expect("valid template"),
-    );
-    if !published_size {
-        progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
+    let progress = progress_bar(published_size);
     progress.set_message("speech_tokenizer/model.safetensors");
     write_safetensors(
         &speech_dir.join("model.safetensors"),
@@ -823,19 +865,29 @@ pub fn cached_test_model(preset: Qwen3Preset, seed: u64) -> Result<PathBuf> {
 }
 
 /// [`cached_test_model`]'s checkpoint, but one whose talker never picks EOS
-/// ([`super::endless::never_end_codec`]): greedy requests run to their frame limit on every
-/// CPU.
+/// ([`never_end_codec`]): greedy requests run to their frame limit on every CPU.
 pub fn cached_endless_test_model(preset: Qwen3Preset, seed: u64) -> Result<PathBuf> {
     let name = format!("{}-endless", preset.name());
     cached_folder(&name, seed, "model.safetensors", |dir| {
         make_test_model(dir, preset, seed)?;
         let text = std::fs::read_to_string(dir.join("config.json"))?;
         let talker = Qwen3TtsConfig::from_json(&text, "config.json")?.talker_config;
-        super::endless::never_end_codec(
+        never_end_codec(
             &dir.join("model.safetensors"),
             talker.codec_eos_token_id as usize,
             talker.code_predictor_config.vocab_size,
         )
+    })
+}
+
+/// The talker's EOS row zero and the 2048 codes in opposite pairs
+/// ([`crate::testkit::endless`]), so that at most half the codes have a logit below EOS's:
+/// greedy never picks it, nor does top-k sampling with k up to 1024.
+pub fn never_end_codec(weights: &Path, eos: usize, codes: usize) -> Result<()> {
+    let head = format!("{}.{}", keys::TALKER, keys::CODEC_HEAD);
+    edit_rows(weights, &head, |head| {
+        head.zero(eos);
+        head.mirror(0..codes);
     })
 }
 

@@ -1,47 +1,55 @@
-//! Random checkpoints in the exact published layout (`make-test-model`). Voxtral (here):
-//! params.json, bf16 consolidated.safetensors with the real key names, a small valid
-//! tekken.json, and the voices as both PyTorch-zip `.pt` and `.safetensors`. Qwen3-TTS:
-//! [`qwen3_tts`]. XTTS-v2: [`xtts`]. Deterministic per seed: every tensor draws from its own stream, seeded by the
-//! run seed and the tensor's key.
-//!
-//! Behind the cargo feature `testmodel` (on by default): the production library does not
-//! need it.
+//! `make-test-model --preset tiny|tiny-odd|mid|full`: random Voxtral TTS folders in the exact
+//! published layout: params.json, bf16 consolidated.safetensors with the real key names, a
+//! small valid tekken.json, and the voices as both PyTorch-zip `.pt` and `.safetensors`.
+//! Deterministic per seed: every tensor draws from its own stream, seeded by the run seed and
+//! the tensor's key.
 
-mod endless;
-mod qwen3_tts;
-pub(crate) mod tekken;
-mod voxtral_realtime;
-mod xtts;
-mod xtts_vocab;
-pub mod xtts_vocoder;
-
-pub use qwen3_tts::{
-    cached_endless_test_model as cached_endless_qwen3_test_model,
-    cached_test_model as cached_qwen3_test_model,
-    make_published_size_model as make_qwen3_published_size_model,
-    make_test_model as make_qwen3_test_model, Qwen3Preset,
+use super::keys;
+use super::params::{Config, ModelArgs, END_AUDIO_CODE};
+use super::voices::VOICE_DIR;
+use crate::testkit::endless::edit_rows;
+use crate::testkit::tekken::write_test_tekken;
+use crate::testkit::{
+    cached_folder, progress_bar, rng_for, write_safetensors, write_values, Init, Spec, Stored,
+    TestModel,
 };
-#[cfg(test)]
-pub(crate) use tekken::generated as generated_tekken;
-pub use tekken::write_test_tekken;
-pub use voxtral_realtime::make_published_size_model as make_stt_published_size_model;
-pub use xtts::{
-    make_test_model as make_xtts_test_model, write_gpt_checkpoint as write_xtts_gpt_checkpoint,
-    XttsPreset, STUDIO_VOICES as XTTS_STUDIO_VOICES,
-};
-pub use xtts_vocab::xtts_vocab_json;
-
-use crate::models::voxtral_tts::params::{Config, ModelArgs};
-use crate::models::voxtral_tts::voices::VOICE_DIR;
 use anyhow::{Context, Result};
 use clap::ValueEnum;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::LazyLock;
+
+/// The presets `make-test-model` writes.
+pub const TEST_MODELS: &[TestModel] = &[
+    TestModel {
+        name: "tiny",
+        about: "Voxtral TTS, small dims, real structure: a 40-frame synthesis takes seconds on CPU",
+        write: |out, seed| make_test_model(out, Preset::Tiny, seed),
+        published_size: None,
+    },
+    TestModel {
+        name: "tiny-odd",
+        about: "Voxtral TTS like tiny with GQA 3, 6 codec heads and a 60-entry semantic codebook: \
+                non-power-of-two paths and early END_AUDIO",
+        write: |out, seed| make_test_model(out, Preset::TinyOdd, seed),
+        published_size: None,
+    },
+    TestModel {
+        name: "mid",
+        about: "Voxtral TTS, width 1024, 8 layers (~0.6 GB): for batching benchmarks",
+        write: |out, seed| make_test_model(out, Preset::Mid, seed),
+        published_size: None,
+    },
+    TestModel {
+        name: "full",
+        about: "Voxtral TTS at the published sizes (~8 GB): for benchmarks",
+        write: |out, seed| make_test_model(out, Preset::Full, seed),
+        published_size: None,
+    },
+];
 
 /// The 20 preset voices of the published model, in params.json order.
 pub const PRESET_VOICES: [&str; 20] = [
@@ -79,8 +87,6 @@ pub enum Preset {
     Mid,
     /// The published sizes (~8 GB): for benchmarks.
     Full,
-    /// Voxtral Realtime (speech to text), small dims, real layout and audio constants.
-    SttTiny,
 }
 
 struct Dims {
@@ -103,10 +109,9 @@ struct Dims {
 }
 
 impl Preset {
-    /// The sizes of a Voxtral TTS preset; `None` for the speech-to-text one.
-    fn dims(self) -> Option<Dims> {
-        Some(match self {
-            Preset::SttTiny => return None,
+    /// The preset's sizes.
+    fn dims(self) -> Dims {
+        match self {
             Preset::Tiny => Dims {
                 dim: 64,
                 layers: 2,
@@ -179,7 +184,7 @@ impl Preset {
                 merges: 2000,
                 voice_rows: (100, 300),
             },
-        })
+        }
     }
 }
 
@@ -220,100 +225,17 @@ fn params_json(d: &Dims, vocab: usize) -> serde_json::Value {
     })
 }
 
-/// How a tensor's random values are drawn.
-#[derive(Clone, Copy)]
-enum Init {
-    /// Uniform in `[-a, a]` with `a = sqrt(3 / fan_in)`: unit-variance outputs.
-    Linear(usize),
-    /// Uniform in `[center - spread, center + spread]`.
-    Around(f32, f32),
-    /// `Linear(fan_in)` times `gain`.
-    Gain(usize, f32),
-    /// `Linear(fan_in)` over rows of `cols` values, except row `row`, `gain` times wider: a
-    /// head row whose logit must stand out now and then (an end token).
-    LoudRow {
-        fan_in: usize,
-        cols: usize,
-        row: usize,
-        gain: f32,
-    },
-    /// Uniform around 0 over rows of `cols` values: `quiet` wide for the first `rows` rows,
-    /// `loud` wide for the rest.
-    QuietRows {
-        rows: usize,
-        cols: usize,
-        quiet: f32,
-        loud: f32,
-    },
-}
-
-impl Init {
-    /// Center and half-width of the value at flat index `index`.
-    fn range(self, index: usize) -> (f32, f32) {
-        let linear = |fan_in: usize| (3.0 / fan_in as f32).sqrt();
-        match self {
-            Init::Linear(fan_in) => (0.0, linear(fan_in)),
-            Init::Around(center, spread) => (center, spread),
-            Init::Gain(fan_in, gain) => (0.0, gain * linear(fan_in)),
-            Init::LoudRow {
-                fan_in,
-                cols,
-                row,
-                gain,
-            } => {
-                let a = linear(fan_in);
-                (0.0, if index / cols == row { gain * a } else { a })
-            }
-            Init::QuietRows {
-                rows,
-                cols,
-                quiet,
-                loud,
-            } => (0.0, if index / cols < rows { quiet } else { loud }),
-        }
-    }
-}
-
-/// How a file stores its values.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Stored {
-    Bf16,
-    F32,
-}
-
-impl Stored {
-    fn name(self) -> &'static str {
-        match self {
-            Stored::Bf16 => "BF16",
-            Stored::F32 => "F32",
-        }
-    }
-
-    fn size(self) -> usize {
-        match self {
-            Stored::Bf16 => 2,
-            Stored::F32 => 4,
-        }
-    }
-}
-
-struct Spec {
-    key: String,
-    shape: Vec<usize>,
-    init: Init,
-}
-
 fn specs(cfg: &Config, d: &Dims) -> Vec<Spec> {
     let mut out = Vec::new();
     let mut push = |key: String, shape: Vec<usize>, init: Init| out.push(Spec { key, shape, init });
     let a = &cfg.args;
     push(
-        "mm_audio_embeddings.tok_embeddings.weight".into(),
+        keys::TOKEN_EMBEDDINGS.into(),
         vec![a.vocab_size, a.dim],
         Init::Around(0.0, 0.8),
     );
     push(
-        "mm_audio_embeddings.audio_codebook_embeddings.embeddings.weight".into(),
+        keys::AUDIO_EMBEDDINGS.into(),
         vec![cfg.audio_embedding_rows, a.dim],
         Init::Around(0.0, 0.3),
     );
@@ -378,7 +300,7 @@ fn specs(cfg: &Config, d: &Dims) -> Vec<Spec> {
     let at = cfg.flow();
     for i in 0..at.n_layers {
         transformer(
-            &format!("acoustic_transformer.layers.{i}"),
+            &format!("{}.layers.{i}", keys::FLOW_HEAD),
             at.dim,
             at.n_heads,
             at.n_kv_heads,
@@ -390,12 +312,12 @@ fn specs(cfg: &Config, d: &Dims) -> Vec<Spec> {
     // Codec transformers are the odd decoder blocks (the convs are the even ones).
     for (j, st) in cfg.codec_stages.iter().enumerate() {
         for l in 0..st.n_layers {
-            let p = format!("audio_tokenizer.decoder_blocks.{}.layers.{l}", 2 * j + 1);
+            let p = format!("{}.decoder_blocks.{}.layers.{l}", keys::CODEC, 2 * j + 1);
             transformer(&p, c.dim, c.n_heads, c.n_kv_heads, c.head_dim, c.hidden_dim);
         }
     }
     push("norm.weight".into(), vec![a.dim], Init::Around(1.0, 0.1));
-    let p = "acoustic_transformer";
+    let p = keys::FLOW_HEAD;
     push(
         format!("{p}.input_projection.weight"),
         vec![at.dim, d.acoustic_books],
@@ -412,7 +334,7 @@ fn specs(cfg: &Config, d: &Dims) -> Vec<Spec> {
         Init::Linear(a.dim),
     );
     push(
-        format!("{p}.semantic_codebook_output.weight"),
+        keys::SEMANTIC_HEAD.into(),
         vec![cfg.semantic_head_rows, at.dim],
         Init::Linear(at.dim),
     );
@@ -426,7 +348,7 @@ fn specs(cfg: &Config, d: &Dims) -> Vec<Spec> {
         vec![at.dim],
         Init::Around(1.0, 0.1),
     );
-    let t = "audio_tokenizer";
+    let t = keys::CODEC;
     for (i, st) in cfg.codec_stages.iter().enumerate() {
         let block = 2 * i;
         let in_ch = if i == 0 { cfg.latent_dim() } else { c.dim };
@@ -494,82 +416,6 @@ fn specs(cfg: &Config, d: &Dims) -> Vec<Spec> {
         Init::Around(1.25, 0.75),
     );
     out
-}
-
-fn fnv1a(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-fn rng_for(seed: u64, key: &str) -> rand_chacha::ChaCha8Rng {
-    rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ fnv1a(key))
-}
-
-/// Streams `n` values drawn per `init` into `out`, stored as `stored`.
-fn write_values(
-    out: &mut impl Write,
-    rng: &mut impl Rng,
-    n: usize,
-    init: Init,
-    stored: Stored,
-) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(1 << 17);
-    let mut done = 0;
-    while done < n {
-        let chunk = (n - done).min(1 << 15);
-        buf.clear();
-        for index in done..done + chunk {
-            let (center, spread) = init.range(index);
-            let u: f32 = rng.random::<f32>() * 2.0 - 1.0;
-            let value = center + spread * u;
-            match stored {
-                Stored::Bf16 => buf.extend_from_slice(&half::bf16::from_f32(value).to_le_bytes()),
-                Stored::F32 => buf.extend_from_slice(&value.to_le_bytes()),
-            }
-        }
-        out.write_all(&buf)?;
-        done += chunk;
-    }
-    Ok(())
-}
-
-/// Writes a safetensors file tensor by tensor, without holding the data in memory.
-fn write_safetensors(
-    path: &Path,
-    specs: &[Spec],
-    seed: u64,
-    stored: Stored,
-    progress: &indicatif::ProgressBar,
-) -> Result<()> {
-    let mut header = serde_json::Map::new();
-    header.insert("__metadata__".into(), json!({"format": "pt"}));
-    let mut offset = 0usize;
-    for s in specs {
-        let bytes = s.shape.iter().product::<usize>() * stored.size();
-        header.insert(
-            s.key.clone(),
-            json!({"dtype": stored.name(), "shape": s.shape, "data_offsets": [offset, offset + bytes]}),
-        );
-        offset += bytes;
-    }
-    let mut text = serde_json::to_string(&header)?;
-    // The data section starts 8-byte aligned, as the reference writer does.
-    while (8 + text.len()) % 8 != 0 {
-        text.push(' ');
-    }
-    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let mut out = BufWriter::with_capacity(1 << 20, file);
-    out.write_all(&(text.len() as u64).to_le_bytes())?;
-    out.write_all(text.as_bytes())?;
-    progress.set_length(offset as u64);
-    for s in specs {
-        let n = s.shape.iter().product();
-        write_values(&mut out, &mut rng_for(seed, &s.key), n, s.init, stored)?;
-        progress.inc((n * stored.size()) as u64);
-    }
-    out.flush()?;
-    Ok(())
 }
 
 /// A minimal protocol-2 pickle of `torch._utils._rebuild_tensor_v2` over storage "0", as
@@ -643,7 +489,7 @@ fn write_voice_safetensors(path: &Path, rows: usize, dim: usize, data: &[u8]) ->
 }
 
 impl Preset {
-    /// The name used on the command line (`tiny`, `tiny-odd`, `mid`, `full`, `stt-tiny`).
+    /// The name used on the command line (`tiny`, `tiny-odd`, `mid`, `full`).
     pub fn name(self) -> String {
         self.to_possible_value()
             .expect("no skipped variants")
@@ -659,167 +505,29 @@ pub fn cached_test_model(preset: Preset, seed: u64) -> Result<PathBuf> {
     })
 }
 
-/// [`cached_test_model`]'s checkpoint, but one that never stops on its own: a Voxtral TTS
-/// preset never says END_AUDIO ([`endless::never_end_audio`]), so every request runs to its
-/// frame limit; `stt-tiny` never says `</s>` ([`endless::never_end_transcript`]), so it
-/// decodes every position of the audio. The same on every CPU.
+/// [`cached_test_model`]'s checkpoint, but one that never says END_AUDIO
+/// ([`never_end_audio`]): every request runs to its frame limit, the same on every CPU.
 pub fn cached_endless_test_model(preset: Preset, seed: u64) -> Result<PathBuf> {
     let name = format!("{}-endless", preset.name());
     cached_folder(&name, seed, "consolidated.safetensors", |dir| {
         make_test_model(dir, preset, seed)?;
-        let weights = dir.join("consolidated.safetensors");
-        if preset != Preset::SttTiny {
-            return endless::never_end_audio(&weights);
-        }
-        let tekken = crate::tokenizers::tekken::Tekken::from_file(&dir.join("tekken.json"))?;
-        let eos = tekken
-            .special_id("</s>")
-            .context("the test tekken.json has no </s>")?;
-        endless::never_end_transcript(&weights, eos as usize)
+        never_end_audio(&dir.join("consolidated.safetensors"))
     })
 }
 
-/// The `xtts-tiny` folder under `target/test-models/`, made on first use.
-pub fn cached_xtts_test_model(seed: u64) -> Result<PathBuf> {
-    cached_folder("xtts-tiny", seed, "model.safetensors", |dir| {
-        make_xtts_test_model(dir, XttsPreset::Tiny, seed)
+/// END_AUDIO's row of the semantic head zero, the codes after it in opposite pairs
+/// ([`crate::testkit::endless`]).
+pub fn never_end_audio(weights: &Path) -> Result<()> {
+    edit_rows(weights, keys::SEMANTIC_HEAD, |head| {
+        let end = END_AUDIO_CODE as usize;
+        head.zero(end);
+        head.mirror(end + 1..head.rows);
     })
-}
-
-/// [`cached_xtts_test_model`]'s folder, but one whose GPT never picks the stop code
-/// ([`endless::never_stop_audio`]): requests run to their code limit on every CPU.
-pub fn cached_endless_xtts_test_model(seed: u64) -> Result<PathBuf> {
-    cached_folder("xtts-tiny-endless", seed, "model.safetensors", |dir| {
-        make_xtts_test_model(dir, XttsPreset::Tiny, seed)?;
-        let config: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json"))?)?;
-        let stop = config["model_args"]["gpt_stop_audio_token"]
-            .as_u64()
-            .context("config.json has no gpt_stop_audio_token")?;
-        endless::never_stop_audio(&dir.join("model.safetensors"), stop as usize)
-    })
-}
-
-/// The folder `target/test-models/<generator>/<name>-<seed>`, made by `make` unless it holds
-/// `last_file` (the last file `make` writes). Made in a temporary folder and renamed into
-/// place, so concurrent callers never see a partial one. `<generator>` is a digest of this
-/// generator's source: a checkpoint made by an older generator is never reused, and the
-/// folders of older generators are removed when a new one is first made.
-fn cached_folder(
-    name: &str,
-    seed: u64,
-    last_file: &str,
-    make: impl Fn(&Path) -> Result<()>,
-) -> Result<PathBuf> {
-    let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-models");
-    let generator = generator_digest();
-    let root = cache.join(&generator);
-    if !root.exists() {
-        remove_older_generations(&cache, &generator);
-    }
-    std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
-    let dir = root.join(format!("{name}-{seed}"));
-    if dir.join(last_file).exists() {
-        return Ok(dir);
-    }
-    // Unique per caller: tests of one process make the same checkpoint from several threads.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = root.join(format!(".{name}-{seed}.{}.{call}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    make(&tmp)?;
-    match std::fs::rename(&tmp, &dir) {
-        Ok(()) => Ok(dir),
-        // Another process finished first: theirs is identical (deterministic per seed).
-        Err(_) if dir.join(last_file).exists() => {
-            let _ = std::fs::remove_dir_all(&tmp);
-            Ok(dir)
-        }
-        Err(e) => Err(e).with_context(|| format!("moving {} into place", dir.display())),
-    }
-}
-
-/// 16 hex digits of a hash of the generator's source files (`std`'s SipHash with fixed keys:
-/// the same source gives the same digest in every build of one toolchain).
-fn generator_digest() -> String {
-    use std::hash::{DefaultHasher, Hash, Hasher};
-    let sources = [
-        include_str!("mod.rs"),
-        include_str!("endless.rs"),
-        include_str!("qwen3_tts.rs"),
-        include_str!("tekken.rs"),
-        include_str!("voxtral_realtime.rs"),
-        include_str!("xtts.rs"),
-        include_str!("xtts_vocoder.rs"),
-    ];
-    let mut hasher = DefaultHasher::new();
-    sources.hash(&mut hasher);
-    format!("{:016x}", hasher.finish())
-}
-
-/// Removes the cached checkpoints of other generator versions (folders named by a digest).
-fn remove_older_generations(cache: &Path, current: &str) {
-    let Ok(entries) = std::fs::read_dir(cache) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        let is_digest = name.len() == 16 && name.chars().all(|c| c.is_ascii_hexdigit());
-        if is_digest && name != current {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-}
-
-/// A `make-test-model` preset of either model family.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AnyPreset {
-    Voxtral(Preset),
-    Qwen3(Qwen3Preset),
-    Xtts(XttsPreset),
-}
-
-impl clap::ValueEnum for AnyPreset {
-    fn value_variants<'a>() -> &'a [Self] {
-        static ALL: LazyLock<Vec<AnyPreset>> = LazyLock::new(|| {
-            let voxtral = Preset::value_variants()
-                .iter()
-                .map(|&p| AnyPreset::Voxtral(p));
-            let qwen3 = Qwen3Preset::value_variants()
-                .iter()
-                .map(|&p| AnyPreset::Qwen3(p));
-            let xtts = XttsPreset::value_variants()
-                .iter()
-                .map(|&p| AnyPreset::Xtts(p));
-            voxtral.chain(qwen3).chain(xtts).collect()
-        });
-        &ALL
-    }
-
-    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        match self {
-            AnyPreset::Voxtral(p) => p.to_possible_value(),
-            AnyPreset::Qwen3(p) => p.to_possible_value(),
-            AnyPreset::Xtts(p) => p.to_possible_value(),
-        }
-    }
-}
-
-/// Writes a complete random model folder of either family to `out`.
-pub fn make_any_test_model(out: &Path, preset: AnyPreset, seed: u64) -> Result<()> {
-    match preset {
-        AnyPreset::Voxtral(p) => make_test_model(out, p, seed),
-        AnyPreset::Qwen3(p) => qwen3_tts::make_test_model(out, p, seed),
-        AnyPreset::Xtts(p) => xtts::make_test_model(out, p, seed),
-    }
 }
 
 /// Writes a complete random model folder to `out`.
 pub fn make_test_model(out: &Path, preset: Preset, seed: u64) -> Result<()> {
-    let Some(d) = preset.dims() else {
-        return voxtral_realtime::make_stt_test_model(out, seed);
-    };
+    let d = preset.dims();
     std::fs::create_dir_all(out.join(VOICE_DIR))
         .with_context(|| format!("creating {}", out.display()))?;
     // The full preset keeps the published embedding table size; its tokenizer uses a prefix.
@@ -872,14 +580,8 @@ pub fn make_test_model(out: &Path, preset: Preset, seed: u64) -> Result<()> {
         )?;
     }
 
-    let progress = indicatif::ProgressBar::new(0).with_style(
-        indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} ({eta})")
-            .expect("valid template"),
-    );
+    let progress = progress_bar(matches!(preset, Preset::Mid | Preset::Full));
     progress.set_message("consolidated.safetensors");
-    if !matches!(preset, Preset::Mid | Preset::Full) {
-        progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
     write_safetensors(
         &out.join("consolidated.safetensors"),
         &specs(&cfg, &d),
@@ -897,7 +599,7 @@ mod tests {
 
     #[test]
     fn full_preset_has_the_published_tensor_count_and_sizes() {
-        let d = Preset::Full.dims().unwrap();
+        let d = Preset::Full.dims();
         let args: ModelArgs = serde_json::from_value(params_json(&d, 131_072)).unwrap();
         let cfg = Config::from_args(args, "params.json").unwrap();
         let specs = specs(&cfg, &d);

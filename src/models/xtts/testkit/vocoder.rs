@@ -8,8 +8,9 @@
 //! scales 1 ± 0.1 and running variances 0.5–1.5. The DSP buffers (pre-emphasis filter,
 //! Hamming window, HTK mel filterbank) hold their constructed values, as real files do.
 
-use super::{cached_folder, rng_for, Init};
+use super::super::keys;
 use crate::nn::safetensors_writer::{write_safetensors, TensorSpec};
+use crate::testkit::{cached_folder, rng_for, Init};
 use anyhow::Result;
 use rand::Rng;
 use safetensors::Dtype;
@@ -160,7 +161,7 @@ pub fn sized_hifigan_decoder_tensors(
 }
 
 fn waveform_decoder(out: &mut Out, input_dim: usize) {
-    let p = "hifigan_decoder.waveform_decoder";
+    let p = format!("{}.waveform_decoder", keys::HIFIGAN_DECODER);
     let upsample_channels = out.dims.upsample_channels;
     out.conv(
         &format!("{p}.conv_pre"),
@@ -202,7 +203,7 @@ fn waveform_decoder(out: &mut Out, input_dim: usize) {
 }
 
 fn speaker_encoder(out: &mut Out) {
-    let p = "hifigan_decoder.speaker_encoder";
+    let p = format!("{}.speaker_encoder", keys::HIFIGAN_DECODER);
     let VocoderDims {
         speaker_filters: filters,
         speaker_blocks,

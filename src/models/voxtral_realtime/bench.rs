@@ -1,14 +1,15 @@
-//! `voxtral-tts bench` on a Voxtral Realtime folder (speech to text): the offline real-time
-//! factor, the live step of `--batch` streams (each stream's encoder for 80 ms of audio, then
-//! one batched decoder pass) against the 80 ms of audio a step covers, which is also the
-//! compute part of the latency from an audio chunk to its token, and the weight-read floor.
+//! `voxtral-tts bench` on a Voxtral Realtime folder (the family's bench hook): the offline
+//! real-time factor, the live step of `--batch` streams (each stream's encoder for 80 ms of
+//! audio, then one batched decoder pass) against the 80 ms of audio a step covers, which is
+//! also the compute part of the latency from an audio chunk to its token, and the weight-read
+//! floor.
 
-use super::bench::{ms, read_bandwidth, BenchArgs};
+use super::batch::BatchDecoder;
+use super::params::Config;
+use super::streaming::AudioStream;
+use super::transcriber::Transcriber;
+use crate::bench::{ms, read_bandwidth, BenchArgs};
 use crate::device::OnBackend;
-use crate::models::voxtral_realtime::batch::BatchDecoder;
-use crate::models::voxtral_realtime::params::Config;
-use crate::models::voxtral_realtime::streaming::AudioStream;
-use crate::models::voxtral_realtime::transcriber::Transcriber;
 use crate::nn::checkpoint::Checkpoint;
 use crate::tensor::tch_backend::TchTensor;
 use crate::tensor::{DType, Tensor};
@@ -16,7 +17,13 @@ use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-pub fn run(args: &BenchArgs, dir: PathBuf) -> Result<()> {
+/// Times the folder `dir` on `args.device`.
+pub fn run(args: &BenchArgs, dir: &Path) -> Result<()> {
+    anyhow::ensure!(
+        args.json.is_none(),
+        "bench --json is not written for speech-to-text folders"
+    );
+    let dir = dir.to_path_buf();
     args.device
         .run(args.threads.unwrap_or(0), SttBench { args, dir })
         .map_err(anyhow::Error::msg)?
