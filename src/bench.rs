@@ -43,10 +43,27 @@ pub struct BenchArgs {
     /// `--frames` steps of one token's audio).
     #[arg(long, default_value_t = 4.0)]
     pub seconds: f64,
-    /// Also write the figures as JSON to this file, for the families whose bench writes them
-    /// (Voxtral TTS): what `bench` prints, for tools and the docs' charts.
+    /// Also write the figures as JSON to this file: what `bench` prints, for tools and the
+    /// docs' charts (scripts/bench-charts.py).
     #[arg(long)]
     pub json: Option<PathBuf>,
+}
+
+/// Writes `report` to `--json`'s file, if one was given.
+pub fn write_json(args: &BenchArgs, report: &serde_json::Value) -> anyhow::Result<()> {
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(report)? + "\n")
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// How the large linear weights of the folder `dir` are multiplied: `q8` or `q4` (stored so,
+/// or `--quantize`), or the compute dtype.
+pub fn weights_name(args: &BenchArgs, dir: &std::path::Path) -> String {
+    crate::models::quantize::stored_format(dir)
+        .or(args.quantize)
+        .map_or(args.dtype.to_string(), |f| f.name().to_string())
 }
 
 /// A duration in milliseconds, as every bench line prints it.

@@ -4,16 +4,18 @@
 //! each `--batch` size, the decoder's time per frame, and the weight-read floor of a frame
 //! where the family counts the bytes it reads.
 
-use crate::bench::{ms, read_bandwidth, BenchArgs};
+use crate::bench::{ms, read_bandwidth, weights_name, write_json, BenchArgs};
 use crate::device::OnBackend;
 use crate::engine::{
     prepare_speech, Conditioning, EngineOptions, Sampling, SpeechInput, SpeechSession,
     TextToSpeech, WithEngine,
 };
 use crate::models::registry::{load_tts, WeightBytes};
+use crate::tensor::cpu_gemv::Variant;
 use crate::tensor::tch_backend::TchTensor;
 use crate::tensor::Tensor;
 use anyhow::{Context, Result};
+use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -24,10 +26,6 @@ pub fn run(
     dir: &Path,
     weight_bytes_per_frame: Option<WeightBytes>,
 ) -> Result<()> {
-    anyhow::ensure!(
-        args.json.is_none(),
-        "bench --json is not written for this family's folders"
-    );
     let dir = dir.to_path_buf();
     let bench = EngineBench {
         args,
@@ -62,6 +60,9 @@ impl OnBackend for EngineBench<'_> {
             dir: &self.dir,
             weight_bytes_per_frame: self.weight_bytes_per_frame,
             started,
+            backend: T::BACKEND,
+            device: format!("{device:?}"),
+            kernel: T::is_cpu(device).then(|| Variant::active().name()),
             threads: if T::BACKEND == TchTensor::BACKEND {
                 usize::try_from(tch::get_num_threads()).unwrap_or(1).max(1)
             } else {
@@ -78,6 +79,10 @@ struct Timed<'a> {
     dir: &'a Path,
     weight_bytes_per_frame: Option<WeightBytes>,
     started: Instant,
+    backend: &'static str,
+    device: String,
+    /// The CPU kernel variant, on a CPU.
+    kernel: Option<&'static str>,
     threads: usize,
 }
 
@@ -94,7 +99,8 @@ impl WithEngine for Timed<'_> {
             args.dtype,
             self.threads
         );
-        println!("load       {:.0} ms", ms(self.started.elapsed()));
+        let load = self.started.elapsed();
+        println!("load       {:.0} ms", ms(load));
         let voice = match (card.voices.first(), card.voice_design) {
             (Some(v), _) => v.name.clone(),
             (None, true) => "designed".into(),
@@ -145,15 +151,17 @@ impl WithEngine for Timed<'_> {
                 break;
             }
         }
+        let first_audio = started.elapsed();
+        let prompt_tokens = first.prompt_ids().len();
         println!(
-            "first      {:.0} ms to the first audio ({decoded} frames; prefill {:.0} ms of {} prompt tokens)",
-            ms(started.elapsed()),
+            "first      {:.0} ms to the first audio ({decoded} frames; prefill {:.0} ms of {prompt_tokens} prompt tokens)",
+            ms(first_audio),
             ms(prefill),
-            first.prompt_ids().len()
         );
         drop(first);
 
         let mut single_ms = None;
+        let (mut decoder_ms, mut batch_report) = (None, Vec::new());
         let batches = if args.batch.is_empty() {
             vec![1]
         } else {
@@ -181,6 +189,13 @@ impl WithEngine for Timed<'_> {
                 format!(", {:.2}x one stream", one / per_frame)
             });
             single_ms.get_or_insert(per_frame);
+            batch_report.push(json!({
+                "streams": n,
+                "steps": steps,
+                "frames": frames,
+                "ms_per_step": step_ms,
+                "frames_per_s": rate,
+            }));
             println!(
                 "batch {n:<3}  {step_ms:.1} ms/step, {rate:.2} frames/s ({frames} frames in {steps} steps; real-time factor {:.3} per stream{ratio})",
                 step_ms / frame_ms,
@@ -188,19 +203,47 @@ impl WithEngine for Timed<'_> {
             if n == 1 {
                 let decoded = Instant::now();
                 engine.decode(&sessions[0], 0)?;
+                let per_frame_ms = ms(decoded.elapsed()) / sessions[0].codes().len() as f64;
                 println!(
-                    "decoder    {:.2} ms/frame (whole utterance of {} frames)",
-                    ms(decoded.elapsed()) / sessions[0].codes().len() as f64,
+                    "decoder    {per_frame_ms:.2} ms/frame (whole utterance of {} frames)",
                     sessions[0].codes().len()
                 );
+                decoder_ms = Some((per_frame, per_frame_ms));
             }
         }
         let bytes = match self.weight_bytes_per_frame {
             Some(count) => count(self.dir)?,
             None => None,
         };
+        let mut report = json!({
+            "family": card.family,
+            "model": self.dir.display().to_string(),
+            "backend": self.backend,
+            "device": self.device,
+            "dtype": args.dtype.to_string(),
+            "weights": weights_name(args, self.dir),
+            "kernel": self.kernel,
+            "threads": self.threads,
+            "frame_ms": frame_ms,
+            "load_ms": ms(load),
+            "first_audio_ms": ms(first_audio),
+            "prefill_ms": ms(prefill),
+            "prompt_tokens": prompt_tokens,
+            "batch": batch_report,
+        });
+        // One stream's frame: its decode step, then its share of the decoder's work.
+        if let Some((step, decoder)) = decoder_ms {
+            report["ms_per_frame"] =
+                json!({"step": step, "decoder": decoder, "total": step + decoder});
+            report["real_time_factor"] = json!((step + decoder) / frame_ms);
+        }
         if let Some(bytes) = bytes {
             let read = read_bandwidth(self.threads);
+            report["weight_bytes_per_frame"] = json!(bytes);
+            report["floors"] = json!({"read": {
+                "bandwidth_gb_per_s": read / 1e9,
+                "ms": bytes / read * 1e3,
+            }});
             let floor = bytes / read * 1e3;
             println!(
                 "floor/read {floor:.1} ms/frame: {:.2} GB of weights read per frame at {:.1} GB/s ({} threads){}",
@@ -210,6 +253,6 @@ impl WithEngine for Timed<'_> {
                 single_ms.map_or(String::new(), |m| format!("; one stream measured/floor {:.2}x", m / floor))
             );
         }
-        Ok(())
+        write_json(args, &report)
     }
 }

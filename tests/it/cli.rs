@@ -2,6 +2,9 @@
 
 use std::path::Path;
 use std::process::Command;
+use voxtral_tts::models::qwen3_tts::testkit::{
+    cached_endless_test_model as cached_endless_qwen3_test_model, Qwen3Preset,
+};
 use voxtral_tts::models::voxtral_realtime::testkit::cached_test_model as cached_stt_test_model;
 use voxtral_tts::models::voxtral_tts::testkit::cached_endless_test_model;
 use voxtral_tts::models::voxtral_tts::testkit::Preset;
@@ -266,6 +269,84 @@ fn bench_writes_its_figures_as_json() {
     assert_eq!(batch.len(), 2);
     assert_eq!(batch[1]["streams"], 2);
     assert!(batch[1]["frames_per_s"].as_f64().unwrap() > 0.0);
+}
+
+/// `bench --json` of a family benched through the engine interface (Qwen3-TTS) and of speech
+/// to text: the figures it printed, and scripts/bench-charts.py draws all three families'.
+#[test]
+fn bench_of_every_family_writes_json_that_the_charts_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let qwen3 = cached_endless_qwen3_test_model(Qwen3Preset::TinyCustomVoice, 0).unwrap();
+    let stt = cached_stt_test_model(0).unwrap();
+    let bench = |model: &Path, name: &str, extra: &[&str]| {
+        let path = dir.path().join(name);
+        let out = run_ok(
+            cli()
+                .args(["bench", "--model", model.to_str().unwrap(), "--frames", "2"])
+                .args([
+                    "--threads",
+                    "1",
+                    "--batch",
+                    "1,2",
+                    "--json",
+                    path.to_str().unwrap(),
+                ])
+                .args(extra),
+        );
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let batch = report["batch"].as_array().unwrap();
+        assert_eq!(batch.len(), 2, "{report}");
+        assert_eq!(batch[1]["streams"], 2);
+        assert!(batch[1]["frames_per_s"].as_f64().unwrap() > 0.0);
+        assert!(report["ms_per_frame"]["total"].as_f64().unwrap() > 0.0);
+        (out, report, path)
+    };
+    let (out, report, qwen3_json) = bench(&qwen3, "qwen3.json", &["--quantize", "q4"]);
+    assert_eq!(report["family"], "qwen3-tts");
+    assert_eq!(report["weights"], "q4");
+    let step = report["batch"][0]["ms_per_step"].as_f64().unwrap();
+    assert!(
+        out.contains(&format!("batch 1    {step:.1} ms/step")),
+        "{out}"
+    );
+    let (out, report, stt_json) = bench(&stt, "stt.json", &["--seconds", "1"]);
+    assert_eq!(report["family"], "voxtral-realtime");
+    assert_eq!(report["weights"], "bf16");
+    let step = report["ms_per_frame"]["total"].as_f64().unwrap();
+    assert!(
+        out.contains(&format!("batch 1    {step:.1} ms/step")),
+        "{out}"
+    );
+    let voxtral_json = dir.path().join("voxtral.json");
+    run_ok(
+        cli()
+            .args([
+                "bench",
+                "--model",
+                &model(),
+                "--frames",
+                "2",
+                "--threads",
+                "1",
+            ])
+            .args(["--json", voxtral_json.to_str().unwrap()]),
+    );
+    let prefix = dir.path().join("chart");
+    let charts = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/bench-charts.py"))
+        .args(["--title", "tiny checkpoints", prefix.to_str().unwrap()])
+        .args([&voxtral_json, &qwen3_json, &stt_json])
+        .output()
+        .unwrap();
+    assert!(charts.status.success(), "{charts:?}");
+    for chart in ["chart-per-frame.svg", "chart-streams.svg"] {
+        let svg = std::fs::read_to_string(dir.path().join(chart)).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("qwen3-tts q4"),
+            "{chart}: {svg}"
+        );
+    }
 }
 
 /// `make serve` without MODEL and without a reachable model hub stops at once (before setup or

@@ -8,21 +8,19 @@ use super::batch::BatchDecoder;
 use super::params::Config;
 use super::streaming::AudioStream;
 use super::transcriber::Transcriber;
-use crate::bench::{ms, read_bandwidth, BenchArgs};
+use crate::bench::{ms, read_bandwidth, weights_name, write_json, BenchArgs};
 use crate::device::OnBackend;
 use crate::nn::checkpoint::Checkpoint;
+use crate::tensor::cpu_gemv::Variant;
 use crate::tensor::tch_backend::TchTensor;
 use crate::tensor::{DType, Tensor};
 use anyhow::{Context, Result};
+use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Times the folder `dir` on `args.device`.
 pub fn run(args: &BenchArgs, dir: &Path) -> Result<()> {
-    anyhow::ensure!(
-        args.json.is_none(),
-        "bench --json is not written for speech-to-text folders"
-    );
     let dir = dir.to_path_buf();
     args.device
         .run(args.threads.unwrap_or(0), SttBench { args, dir })
@@ -80,7 +78,8 @@ impl OnBackend for SttBench<'_> {
             dir.display(),
             args.dtype
         );
-        println!("load       {:.0} ms", ms(started.elapsed()));
+        let load = started.elapsed();
+        println!("load       {:.0} ms", ms(load));
 
         // Warm-up: first calls allocate and pick kernels.
         model.transcribe(&audio[..audio.len().min(rate as usize)])?;
@@ -118,6 +117,29 @@ impl OnBackend for SttBench<'_> {
             args.batch.clone()
         };
         let mut kept_up = 0;
+        let mut report = json!({
+            "family": "voxtral-realtime",
+            "model": dir.display().to_string(),
+            "backend": T::BACKEND,
+            "device": format!("{device:?}"),
+            "dtype": args.dtype.to_string(),
+            "weights": weights_name(args, dir),
+            "kernel": T::is_cpu(device).then(|| Variant::active().name()),
+            "threads": threads,
+            "frame_ms": step_audio_ms,
+            "load_ms": ms(load),
+            "offline": {
+                "audio_s": args.seconds,
+                "s": total.as_secs_f64(),
+                "real_time_factor": total.as_secs_f64() / args.seconds,
+                "encoder_s": encoded.as_secs_f64(),
+                "decoder_s": (total - encoded).as_secs_f64(),
+                "tokens": tokens.len(),
+            },
+            "weight_bytes_per_step": {"encoder": encoder_bytes, "decoder": decoder_bytes},
+            "floors": {"read": {"bandwidth_gb_per_s": read / 1e9}},
+        });
+        let mut batch_report = Vec::new();
         for streams in batches {
             anyhow::ensure!(streams > 0, "--batch: sizes must be at least 1");
             let times = live_steps(&model, &audio, streams, prompt_samples, args.frames)?;
@@ -127,6 +149,24 @@ impl OnBackend for SttBench<'_> {
             if keeps_up {
                 kept_up = kept_up.max(streams);
             }
+            // A live step gives each stream one token: one frame of 80 ms.
+            if streams == 1 {
+                report["ms_per_frame"] = json!({
+                    "encoder": times.encoder,
+                    "decoder": times.decoder,
+                    "total": step,
+                });
+                report["real_time_factor"] = json!(step / step_audio_ms);
+            }
+            batch_report.push(json!({
+                "streams": streams,
+                "steps": args.frames,
+                "ms_per_step": step,
+                "encoder_ms": times.encoder,
+                "decoder_ms": times.decoder,
+                "frames_per_s": streams as f64 * 1e3 / step,
+                "floor_ms": floor,
+            }));
             println!(
                 "batch {streams:<3}  {step:.1} ms/step for {step_audio_ms:.0} ms of audio per stream (encoders {:.1} ms, decoder {:.1} ms; {} steps): real-time factor {:.2} per stream, {}; floor/read {floor:.1} ms, measured/floor {:.2}x",
                 times.encoder,
@@ -141,7 +181,8 @@ impl OnBackend for SttBench<'_> {
             "live       {kept_up} streams kept up with (of the --batch sizes); a chunk's token comes one step after its 80 ms and 2.5 ms of look-ahead are in, {} ms of model delay after the words",
             streaming.delay_tokens as f64 * step_audio_ms
         );
-        Ok(())
+        report["batch"] = batch_report.into();
+        write_json(args, &report)
     }
 }
 

@@ -6,7 +6,7 @@ use super::params::Config;
 use super::{Generation, Noise, StageTimes, SynthesisRequest, Voxtral};
 use crate::bench::{
     arithmetic_rate, copy_bandwidth, cpu_kernel_and_peak, ms, products_by_rows, read_bandwidth,
-    BenchArgs,
+    write_json, BenchArgs,
 };
 use crate::device::OnBackend;
 use crate::engine::EngineOptions;
@@ -216,11 +216,7 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
         );
     }
     report["batch"] = batch_steps(args, &model, &voice, peak, threads)?.into();
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
+    write_json(args, &report)
 }
 
 /// Decode steps of `--batch` streams together, as the server's batcher runs them: frames/s
