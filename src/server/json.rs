@@ -15,13 +15,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        if !is_json(request.headers()) {
-            return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                Some("unsupported_media_type"),
-                "The request body must be JSON, sent with Content-Type: application/json.",
-            ));
-        }
+        require_json(request.headers())?;
         let body = Bytes::from_request(request, state).await.map_err(|e| {
             let code = match e.status() {
                 StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
@@ -33,7 +27,19 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     }
 }
 
-fn is_json(headers: &HeaderMap) -> bool {
+/// 415 unless the body is sent as JSON.
+pub(crate) fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    if is_json(headers) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        Some("unsupported_media_type"),
+        "The request body must be JSON, sent with Content-Type: application/json.",
+    ))
+}
+
+pub(crate) fn is_json(headers: &HeaderMap) -> bool {
     let Some(mime) = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -51,18 +57,27 @@ pub(crate) fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
         if e.inner().classify() != Category::Data {
             return not_json(e.inner());
         }
-        let param = field_of(&e);
-        let message = match &param {
-            Some(field) => format!("Invalid '{field}': {}", e.inner()),
-            None => format!("Invalid request body: {}", e.inner()),
-        };
-        ApiError {
-            param,
-            ..ApiError::new(StatusCode::BAD_REQUEST, Some("invalid_value"), message)
-        }
+        invalid_field(&e)
     })?;
     json.end().map_err(|e| not_json(&e))?;
     Ok(value)
+}
+
+/// A body already parsed as JSON, read as `T`: a bad field gets 400 naming it, as [`parse`].
+pub(crate) fn from_value<T: DeserializeOwned>(body: serde_json::Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(body).map_err(|e| invalid_field(&e))
+}
+
+fn invalid_field(e: &serde_path_to_error::Error<serde_json::Error>) -> ApiError {
+    let param = field_of(e);
+    let message = match &param {
+        Some(field) => format!("Invalid '{field}': {}", e.inner()),
+        None => format!("Invalid request body: {}", e.inner()),
+    };
+    ApiError {
+        param,
+        ..ApiError::new(StatusCode::BAD_REQUEST, Some("invalid_value"), message)
+    }
 }
 
 fn not_json(e: &serde_json::Error) -> ApiError {
@@ -119,6 +134,17 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("inner.count"));
         let e = error("\"just a string\"");
         assert_eq!((e.status, e.param), (StatusCode::BAD_REQUEST, None));
+    }
+
+    #[test]
+    fn parsed_values_name_the_field_too() {
+        let body = serde_json::json!({"name": "x", "inner": {"count": -1}});
+        let e = from_value::<Example>(body).unwrap_err();
+        assert_eq!(
+            (e.status, e.param.as_deref()),
+            (StatusCode::BAD_REQUEST, Some("inner.count"))
+        );
+        assert!(from_value::<Example>(serde_json::json!({"name": "x"})).is_ok());
     }
 
     #[test]

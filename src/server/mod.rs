@@ -33,7 +33,8 @@ use axum::Router;
 use drain::Drain;
 use routes::speech::SEED_HEADER;
 use routes::{
-    health, models, playground, realtime, speech, speech_realtime, transcriptions, voices,
+    health, models, playground, realtime, speech, speech_realtime, transcription_realtime,
+    transcriptions, voices,
 };
 use state::{AppState, ServedModel, ServedTranscriber, ServedVoiceEncoder};
 use std::future::IntoFuture;
@@ -71,6 +72,9 @@ fn transcription_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(transcriptions::create_transcription))
         .routes(routes!(realtime::realtime_websocket))
+        .routes(routes!(
+            transcription_realtime::mistral_transcription_websocket
+        ))
 }
 
 /// Custom voices: the same keys and drain as [`v1_routes`], with the upload limit of
@@ -78,7 +82,7 @@ fn transcription_routes() -> OpenApiRouter<AppState> {
 fn voice_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(voices::create::create_voice))
-        .routes(routes!(voices::delete_voice))
+        .routes(routes!(voices::delete_voice, voices::mistral::update_voice))
 }
 
 /// The voice and model lists: refused while draining, and behind the API keys only when
@@ -86,6 +90,7 @@ fn voice_routes() -> OpenApiRouter<AppState> {
 fn discovery_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(voices::list_voices))
+        .routes(routes!(voices::mistral::get_voice))
         .routes(routes!(models::list_audio_models))
 }
 

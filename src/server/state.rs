@@ -173,6 +173,41 @@ impl AppState {
         custom_voice_in(&self.voices, model_id, id)
     }
 
+    /// The model that clones from a reference clip sent in `field`, for a request naming
+    /// `requested`: that model when it clones, otherwise the first served model that does
+    /// (Mistral's clients name their text-to-speech model and send a clip: the clip goes to
+    /// the cloning model served beside it).
+    pub fn cloning_model(
+        &self,
+        requested: Option<&str>,
+        field: &str,
+    ) -> Result<(&ServedModel, Arc<LoadedModel>), ApiError> {
+        if let Some(name) = requested {
+            let served = self.model_named(name)?;
+            let model = served.loaded()?;
+            if model.card.cloning {
+                return Ok((served, model));
+            }
+        }
+        let mut loading = None;
+        for served in self.models.iter() {
+            match served.loaded() {
+                Ok(model) if model.card.cloning => return Ok((served, model)),
+                Ok(_) => {}
+                Err(e) => loading = loading.or(Some(e)),
+            }
+        }
+        Err(loading.unwrap_or_else(|| {
+            ApiError::invalid(
+                field,
+                format!(
+                    "No model served here clones voices from `{field}`: serve one that does \
+                     (capabilities.cloning in /v1/models) beside the others."
+                ),
+            )
+        }))
+    }
+
     /// The voice-encoding thread of the served model `model_id`.
     pub fn voice_encoder(&self, model_id: &str) -> Option<&ServedVoiceEncoder> {
         self.voice_encoders.iter().find(|e| e.model_id == model_id)
@@ -235,6 +270,7 @@ mod tests {
             language: None,
             audio_seconds: 2.0,
             source_sha256: "sha".into(),
+            profile: Default::default(),
         };
         let made = store.create(meta, &tensors).unwrap();
         let (found, read) = custom_voice_in(&store, "base", &made.id).unwrap();

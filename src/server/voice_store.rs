@@ -47,6 +47,35 @@ pub struct VoiceMeta {
     /// sha256 of the decoded clip and the settings it was computed with: the same upload
     /// need not be computed twice.
     pub source_sha256: String,
+    /// Labels Mistral's voices API sets and returns; none for voices made through OpenAI's.
+    #[serde(default, skip_serializing_if = "VoiceProfile::is_empty")]
+    pub profile: VoiceProfile,
+}
+
+/// What Mistral's voices API says of a voice beyond its name: kept and returned as given,
+/// none of it changes the speech (the voice's `language` does, set from `languages`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct VoiceProfile {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub languages: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gender: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub age: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub color: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_notice: Option<u32>,
+}
+
+impl VoiceProfile {
+    pub fn is_empty(&self) -> bool {
+        *self == VoiceProfile::default()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -114,7 +143,7 @@ impl VoiceStore {
 
     /// Stores a new voice under a fresh id (the given meta's `id` and `created_at` are
     /// replaced) and returns its metadata; returns the stored voice instead when one has the
-    /// same model, name, source and language (see [`Self::find_same`]).
+    /// same model, name, source, language and labels (see [`Self::find_same`]).
     pub fn create(
         &self,
         mut meta: VoiceMeta,
@@ -169,8 +198,8 @@ impl VoiceStore {
             .cloned()
     }
 
-    /// The voice named `name` that `model` computed from the same clip and settings: an
-    /// upload made again gets it back.
+    /// The voice named `name` that `model` computed from the same clip and settings, with the
+    /// same labels: an upload made again gets it back.
     pub fn find_same(&self, upload: &VoiceMeta) -> Option<VoiceMeta> {
         let voices = self.voices.read().unwrap();
         voices
@@ -180,6 +209,7 @@ impl VoiceStore {
                     && v.source_sha256 == upload.source_sha256
                     && v.name == upload.name
                     && v.language == upload.language
+                    && v.profile == upload.profile
             })
             .cloned()
     }
@@ -196,6 +226,36 @@ impl VoiceStore {
         let bytes =
             fs::read(self.dir.join(id).join(TENSORS_FILE)).map_err(|e| read_err(e.to_string()))?;
         decode_tensors(&bytes).map_err(read_err)
+    }
+
+    /// Changes a stored voice's metadata (its name and labels: the tensors stay as they
+    /// are); returns the new metadata, `None` when there is no voice with that id.
+    pub fn update(
+        &self,
+        id: &str,
+        change: impl FnOnce(&mut VoiceMeta),
+    ) -> Result<Option<VoiceMeta>, VoiceStoreError> {
+        let mut voices = self.voices.write().unwrap();
+        let Some(current) = voices.get(id) else {
+            return Ok(None);
+        };
+        let mut meta = current.clone();
+        change(&mut meta);
+        meta.id = id.to_string();
+        let folder = self.dir.join(id);
+        let json =
+            serde_json::to_vec_pretty(&meta).map_err(|e| VoiceStoreError::Write(e.into()))?;
+        // Written beside, then renamed over: a crash leaves the old file or the new one.
+        let incoming = folder.join(format!("{INCOMING_PREFIX}{META_FILE}"));
+        write_synced(&incoming, &json)
+            .and_then(|()| fs::rename(&incoming, folder.join(META_FILE)))
+            .and_then(|()| sync_dir(&folder))
+            .map_err(|e| {
+                let _ = fs::remove_file(&incoming);
+                VoiceStoreError::Write(e)
+            })?;
+        voices.insert(id.to_string(), meta.clone());
+        Ok(Some(meta))
     }
 
     /// Removes a voice; `false` when there was none with that id.
@@ -311,6 +371,7 @@ mod tests {
             language: None,
             audio_seconds: 3.5,
             source_sha256: format!("sha-{name}"),
+            profile: VoiceProfile::default(),
         }
     }
 
@@ -448,6 +509,31 @@ mod tests {
             ..meta("alice")
         };
         assert_eq!(store.find_same(&carol), None);
+    }
+
+    #[test]
+    fn an_update_changes_the_metadata_now_and_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = VoiceStore::open(dir.path(), 10).unwrap();
+        let made = store.create(meta("alice"), &tensors()).unwrap();
+        let updated = store
+            .update(&made.id, |v| {
+                v.name = "alicia".into();
+                v.id = "voice_other".into();
+                v.profile.tags = Some(vec!["calm".into()]);
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (updated.id.as_str(), updated.name.as_str()),
+            (made.id.as_str(), "alicia")
+        );
+        assert_eq!(updated.profile.tags, Some(vec!["calm".to_string()]));
+        assert_eq!(store.get(&made.id), Some(updated.clone()));
+        let reopened = VoiceStore::open(dir.path(), 10).unwrap();
+        assert_eq!(reopened.list(), vec![updated]);
+        assert_eq!(reopened.tensors(&made.id).unwrap(), tensors());
+        assert_eq!(store.update("voice_none", |_| {}).unwrap(), None);
     }
 
     #[test]

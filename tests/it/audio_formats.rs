@@ -102,13 +102,13 @@ fn decode(format: AudioFormat, bytes: &[u8], rate: u32) -> Decoded {
     std::fs::write(&path, bytes).expect("write temp file");
     // Raw PCM has no header: tell ffmpeg what it is, as a client would.
     let rate_arg = rate.to_string();
-    let raw_args: &[&str] = if format == AudioFormat::Pcm {
-        &["-f", "s16le", "-ar", &rate_arg, "-ac", "1"]
-    } else {
-        &[]
+    let raw_args: &[&str] = match format {
+        AudioFormat::Pcm => &["-f", "s16le", "-ar", &rate_arg, "-ac", "1"],
+        AudioFormat::PcmF32 => &["-f", "f32le", "-ar", &rate_arg, "-ac", "1"],
+        _ => &[],
     };
 
-    let (sample_rate, channels) = if format == AudioFormat::Pcm {
+    let (sample_rate, channels) = if format.is_raw() {
         (rate, 1)
     } else {
         probe(&path)
@@ -197,7 +197,7 @@ fn coded_rate(format: AudioFormat, rate: u32) -> u32 {
 fn frame_len(format: AudioFormat, rate: u32) -> usize {
     let coded = coded_rate(format, rate);
     let at_coded_rate = match format {
-        AudioFormat::Wav | AudioFormat::Pcm => 1,
+        AudioFormat::Wav | AudioFormat::Pcm | AudioFormat::PcmF32 => 1,
         AudioFormat::Flac => 2048,
         AudioFormat::Opus => 960,
         // MPEG-1 Layer III (32 kHz and up) has 1152 samples a frame, MPEG-2/2.5 576.
@@ -360,6 +360,21 @@ fn check_format(format: AudioFormat, rate: u32) {
                 "{format}: streamed samples differ from input"
             );
         }
+        AudioFormat::PcmF32 => {
+            // The input itself, clipped, in both paths.
+            let expect: Vec<u8> = pcm
+                .iter()
+                .flat_map(|&x| x.clamp(-1.0, 1.0).to_le_bytes())
+                .collect();
+            assert!(
+                one_shot == expect,
+                "pcm_f32le: one-shot bytes differ from input"
+            );
+            assert!(
+                streamed == expect,
+                "pcm_f32le: streamed bytes differ from input"
+            );
+        }
         AudioFormat::Opus => {
             // Every non-empty push result is a run of whole Ogg pages.
             for p in pieces.iter().filter(|p| !p.is_empty()) {
@@ -427,6 +442,11 @@ fn pcm_roundtrip() {
 }
 
 #[test]
+fn pcm_f32_roundtrip() {
+    check_rates(AudioFormat::PcmF32, &[]);
+}
+
+#[test]
 fn flac_roundtrip() {
     check_rates(AudioFormat::Flac, &[8_000, 96_000]);
 }
@@ -474,7 +494,7 @@ fn empty_input_gives_valid_files() {
         let bytes =
             encode_audio(format, &[], SAMPLE_RATE).unwrap_or_else(|e| panic!("{format}: {e}"));
         let (streamed, _) = stream_in_chunks(format, &[], SAMPLE_RATE);
-        if format == AudioFormat::Pcm {
+        if format.is_raw() {
             assert!(bytes.is_empty() && streamed.is_empty());
             continue;
         }
@@ -522,13 +542,17 @@ fn content_types_and_names() {
         ("flac", "audio/flac"),
         ("wav", "audio/wav"),
         ("pcm", "audio/pcm"),
+        ("pcm_f32le", "audio/pcm"),
     ];
     for (name, ct) in expect {
         let f: AudioFormat = name.parse().unwrap();
         assert_eq!(f.content_type(), ct);
     }
     let err = "webm".parse::<AudioFormat>().unwrap_err().to_string();
-    assert!(err.contains("mp3, opus, aac, flac, wav, pcm"), "{err}");
+    assert!(
+        err.contains("mp3, opus, aac, flac, wav, pcm, pcm_f32le"),
+        "{err}"
+    );
 }
 
 /// Dominant frequency (PCM at `rate`) by a DFT peak search over 50..2000 Hz at 0.5 Hz

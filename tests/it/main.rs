@@ -12,6 +12,7 @@ mod cli;
 mod clients;
 mod kubernetes;
 mod loading;
+mod mistral_sdk;
 mod parity;
 mod parity_mlx;
 mod parity_qwen3_codec;

@@ -8,8 +8,9 @@
 //! `speech.audio.delta`, `speech.audio.done`, `error`), with the fields of the `mistralai`
 //! Python SDK (github.com/mistralai/client-python): `audio_data` in
 //! `src/mistralai/client/models/speechstreamaudiodelta.py`, `usage` in `speechstreamdone.py`,
-//! `voice_id` and `response_format` in `speechrequest.py`, the numeric `code` of
-//! `realtimetranscriptionerrordetail.py`. vLLM-Omni's (`/v1/audio/speech/stream`) follows
+//! the session's `voice` and `response_format` (`pcm` is 32-bit float) in
+//! `realtimespeechsession.py`, the numeric `code` of `realtimespeecherrordetail.py`. The SDK
+//! itself drives it in tests/it/mistral_sdk.rs. vLLM-Omni's (`/v1/audio/speech/stream`) follows
 //! github.com/vllm-project/vllm-omni `vllm_omni/entrypoints/openai/serving_speech_stream.py`
 //! (its docstring lists the messages) and `StreamingSpeechSessionConfig` in
 //! `vllm_omni/entrypoints/openai/protocol/audio.py`.
@@ -107,10 +108,11 @@ fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["type"] == kind).collect()
 }
 
+/// Mistral's `pcm` (32-bit float) as 16-bit samples, rounded as the server's s16 is.
 fn samples(bytes: &[u8]) -> Vec<i16> {
     bytes
-        .chunks_exact(2)
-        .map(|b| i16::from_le_bytes([b[0], b[1]]))
+        .chunks_exact(4)
+        .map(|b| (f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * 32767.0).round() as i16)
         .collect()
 }
 
@@ -134,7 +136,7 @@ fn a_mistral_session_speaks_each_sentence_into_one_stream() {
         .await;
         let updated = event(&mut ws).await;
         assert_eq!(updated["type"], "session.updated", "{updated}");
-        assert_eq!(updated["session"]["voice_id"], "neutral_female");
+        assert_eq!(updated["session"]["voice"], "neutral_female");
         assert_eq!(updated["session"]["sample_rate"], 24_000);
         for delta in ["Hello the", "re. How are", " you? Fi", "ne"] {
             send(&mut ws, json!({"type": "input_text.append", "text": delta})).await;
@@ -185,7 +187,7 @@ fn a_mistral_session_speaks_each_sentence_into_one_stream() {
         let mut second = Vec::new();
         let events = until(&mut ws, "speech.audio.done", &mut second).await;
         assert_eq!(of_type(&events, "speech.audio.segment").len(), 1);
-        assert_eq!(second.len() as u64, end0 * 2, "3 frames of s16le");
+        assert_eq!(second.len() as u64, end0 * 4, "3 frames of f32le");
         assert!(matches!(
             next(&mut ws).await,
             Got::Closed(Some(CloseCode::Normal))
@@ -361,13 +363,17 @@ fn the_first_audio_leaves_before_the_text_is_complete() {
     });
 }
 
-/// Hostile clients: bad JSON, unknown types, binary frames, text that is not a string and
-/// endless text without a flush each get an error event (Mistral's numeric code), and the
-/// session goes on; a message over the size limit gets an error event and close code 1009.
-/// Nothing reaches the server's logs as a panic.
+/// Hostile clients: bad JSON, unknown types, binary frames, text that is not a string, an
+/// unknown setting and endless text without a flush each get an error event (Mistral's
+/// numeric code), and the session goes on; a message over the size limit (64 KiB, or
+/// `max_body_bytes` when larger: room for a reference clip) gets an error event and close
+/// code 1009. Nothing reaches the server's logs as a panic.
 #[test]
 fn bad_messages_get_error_events_and_oversized_ones_close_the_socket() {
-    let server = Server::start(&[("VOXTRAL_MAX_INPUT_CHARS", "100")]);
+    let server = Server::start(&[
+        ("VOXTRAL_MAX_INPUT_CHARS", "100"),
+        ("VOXTRAL_MAX_BODY_BYTES", "1000"),
+    ]);
     runtime().block_on(async {
         let mut ws = connect(&server, "/v1/audio/speech/realtime").await;
         event(&mut ws).await;
@@ -388,6 +394,14 @@ fn bad_messages_get_error_events_and_oversized_ones_close_the_socket() {
         )
         .await;
         errors.push(event(&mut ws).await);
+        send(
+            &mut ws,
+            json!({"type": "session.update", "session": {"speed": 2}}),
+        )
+        .await;
+        let unknown = event(&mut ws).await;
+        assert_eq!(unknown["error"]["param"], "speed", "{unknown}");
+        errors.push(unknown);
         for error in &errors {
             assert_eq!(error["type"], "error", "{error}");
             assert_eq!(error["error"]["code"], 400, "{error}");

@@ -7,6 +7,7 @@ pub mod playground;
 pub mod realtime;
 pub mod speech;
 pub mod speech_realtime;
+pub mod transcription_realtime;
 pub mod transcriptions;
 pub mod voices;
 pub mod ws;

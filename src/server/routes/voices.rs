@@ -1,9 +1,11 @@
 //! `/v1/audio/voices`: the model's preset voices with language, gender and the OpenAI names
-//! that map to each, and custom voices in OpenAI's shape: `POST` computes one from a
-//! reference clip (on the model's voice-encoding thread) and stores it, `GET` lists them
-//! beside the presets, `DELETE /v1/audio/voices/{id}` removes one.
+//! that map to each, and custom voices, in OpenAI's shape and Mistral's (`mistral.rs`):
+//! `POST` computes one from a reference clip (on the model's voice-encoding thread) and stores
+//! it, `GET` lists them beside the presets, `GET`, `PATCH` and `DELETE
+//! /v1/audio/voices/{id}` read, change and remove one.
 
 pub mod create;
+pub mod mistral;
 
 use crate::server::error::{ApiError, ErrorResponse};
 use crate::server::state::AppState;
@@ -12,6 +14,7 @@ use crate::server::voice_store::VoiceMeta;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
+use mistral::{MistralPage, MistralVoice, VoiceType};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -19,6 +22,14 @@ use utoipa::{IntoParams, ToSchema};
 pub struct VoicesQuery {
     /// Whose voices: a served model's id (see /v1/models); the default model when absent.
     model: Option<String>,
+    /// Mistral's page (`items`): voices per page (10 when absent).
+    limit: Option<usize>,
+    /// Mistral's page (`items`): voices skipped before it.
+    offset: Option<usize>,
+    /// Mistral's page (`items`): `all` (the default), `custom` or `preset`.
+    #[serde(rename = "type")]
+    #[param(inline)]
+    voice_type: Option<VoiceType>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -32,6 +43,11 @@ pub struct VoiceList {
     /// CustomVoice) or describe the voice (VoiceDesign); `false`: they are ignored (Voxtral,
     /// Qwen3-TTS 0.6B CustomVoice and Base, as the official code does).
     instructions: bool,
+    /// Mistral's page of the same presets, and of the custom voices of every model unless
+    /// `model` is given (a Mistral request speaking with one goes to the model that made it):
+    /// `items`, `total`, `page`, `page_size`, `total_pages`.
+    #[serde(flatten)]
+    mistral: MistralPage,
 }
 
 /// A preset, or a custom voice (which has `object` and the fields after it).
@@ -98,7 +114,8 @@ impl Voice {
 }
 
 /// Lists the preset voices of a model (the default one unless `model` is given), then its
-/// custom voices, oldest first.
+/// custom voices, oldest first: OpenAI's list (`data`, and `voices` for Open WebUI) and
+/// Mistral's page (`items` and its counts, chosen by `limit`, `offset` and `type`).
 ///
 /// Open to clients without a key when `public_discovery` is on (the default).
 #[utoipa::path(get, path = "/v1/audio/voices", tag = "audio", security((), ("api_key" = [])),
@@ -139,22 +156,40 @@ pub async fn list_voices(
         .filter(|v| v.model == served.id)
         .map(Voice::custom);
     let data: Vec<Voice> = presets.chain(custom).collect();
+    let mistral_presets = card
+        .voices
+        .iter()
+        .map(|v| MistralVoice::preset(v, &served.id, app.started_at));
+    let mistral_custom = app
+        .voices
+        .list()
+        .into_iter()
+        .filter(|v| query.model.is_none() || v.model == served.id)
+        .map(|v| MistralVoice::custom(&v));
+    let mistral = MistralPage::new(
+        mistral_presets.chain(mistral_custom).collect(),
+        query.voice_type.unwrap_or_default(),
+        query.offset,
+        query.limit,
+    )?;
     Ok(Json(VoiceList {
         object: "list",
         voices: data.clone(),
         data,
         instructions: card.instructions,
+        mistral,
     }))
 }
 
+/// OpenAI's answer (`id`, `object`, `deleted`) and Mistral's (the voice as it was).
 #[derive(Serialize, ToSchema)]
 pub struct VoiceDeleted {
-    #[schema(example = "voice_0123456789abcdef0123456789abcdef")]
-    id: String,
     /// Always `audio.voice.deleted`.
     object: &'static str,
     /// Always true.
     deleted: bool,
+    #[serde(flatten)]
+    voice: MistralVoice,
 }
 
 /// Deletes a custom voice: requests naming it fail from now on, and it is gone from the
@@ -171,21 +206,22 @@ pub async fn delete_voice(
 ) -> Result<Json<VoiceDeleted>, ApiError> {
     let store = app.voices.clone();
     let id = voice_id.clone();
+    let before = app.voices.get(&voice_id);
     let deleted = tokio::task::spawn_blocking(move || store.delete(&id))
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
         .map_err(|e| ApiError::internal(e.to_string()))?;
-    if !deleted {
+    let Some(voice) = before.filter(|_| deleted) else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             Some("voice_not_found"),
             format!("No custom voice '{voice_id}'."),
         )
         .with_param("voice_id"));
-    }
+    };
     Ok(Json(VoiceDeleted {
-        id: voice_id,
         object: "audio.voice.deleted",
         deleted: true,
+        voice: MistralVoice::custom(&voice),
     }))
 }

@@ -1,29 +1,36 @@
 //! `POST /v1/audio/speech`: validate -> queue a job -> collect its PCM -> time-stretch and
-//! encode (on the blocking pool) -> audio body or Server-Sent Events.
+//! encode (on the blocking pool) -> audio body or Server-Sent Events. The body is OpenAI's
+//! shape or Mistral's (`mistral.rs`), told apart by Mistral's own fields; both are spoken on
+//! the same path and answered in their own shape.
 
+pub(crate) mod mistral;
 mod request;
 mod stream;
 
+use mistral::{MistralSpeech, MistralSpeechRequest};
 use request::SpeechRequest;
 pub use request::{Speech, StreamFormat};
-use stream::Streamer;
+use stream::{Shape, Streamer};
 
 use crate::audio::{encode_audio, stream_encoder, time_stretch};
 use crate::engine::{prepare_speech, CustomVoice, ModelCard, PreparedSpeech};
 use crate::scheduler::{JobError, JobEvent, JobOptions, JobSummary, LoadedModel, SubmitError};
 use crate::server::error::{ApiError, ErrorResponse};
-use crate::server::json::JsonBody;
+use crate::server::json;
 use crate::server::metrics::{QUEUE_WAIT, TIME_TO_FIRST_AUDIO};
 use crate::server::state::{AppState, ServedModel};
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedReceiver;
-use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, Schema, SchemaFormat, Type};
-use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{
+    KnownFormat, ObjectBuilder, OneOfBuilder, Schema, SchemaFormat, Type,
+};
+use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
 /// A `POST /v1/audio/speech` body checked as [`create_speech`] checks it: parsed by the
@@ -35,7 +42,18 @@ pub fn parse_speech_body(
     max_input_chars: usize,
     model: &ModelCard,
 ) -> Result<Speech, ApiError> {
-    crate::server::json::parse::<SpeechRequest>(body)?.validate(max_input_chars, model)
+    parse_speech_body_with(body, max_input_chars, model, None)
+}
+
+/// [`parse_speech_body`], speaking with `reference` (a voice cloned from a clip the request
+/// carried) when it is given.
+pub(crate) fn parse_speech_body_with(
+    body: &[u8],
+    max_input_chars: usize,
+    model: &ModelCard,
+    reference: Option<Arc<CustomVoice>>,
+) -> Result<Speech, ApiError> {
+    json::parse::<SpeechRequest>(body)?.validate_with(max_input_chars, model, reference)
 }
 
 /// Response header carrying the seed a synthesis used (random unless the request set one).
@@ -56,7 +74,8 @@ impl PartialSchema for AudioFile {
 impl ToSchema for AudioFile {}
 
 /// `data: {"type": "speech.audio.delta", "audio": "<base64>"}` events, then
-/// `data: {"type": "speech.audio.done", "usage": {...}}` (documentation only).
+/// `data: {"type": "speech.audio.done", "usage": {...}}`; Mistral's name each event and carry
+/// `audio_data` (documentation only).
 pub struct SpeechEvents;
 
 impl PartialSchema for SpeechEvents {
@@ -66,7 +85,11 @@ impl PartialSchema for SpeechEvents {
             .description(Some(
                 "`data: {\"type\": \"speech.audio.delta\", \"audio\": \"<base64>\"}` events, \
                  then `data: {\"type\": \"speech.audio.done\", \"usage\": {\"input_tokens\", \
-                 \"output_tokens\", \"total_tokens\"}}`",
+                 \"output_tokens\", \"total_tokens\"}}`. For Mistral's shape: `event: \
+                 speech.audio.delta` with `data: {\"type\": \"speech.audio.delta\", \
+                 \"audio_data\": \"<base64>\"}`, then `event: speech.audio.done` with `data: \
+                 {\"type\": \"speech.audio.done\", \"usage\": {\"prompt_tokens\", \
+                 \"completion_tokens\", \"total_tokens\"}}`",
             ))
             .into()
     }
@@ -74,22 +97,75 @@ impl PartialSchema for SpeechEvents {
 
 impl ToSchema for SpeechEvents {}
 
-/// Generates speech from text with one of the preset voices.
+/// OpenAI's request body or Mistral's (documentation only).
+pub struct SpeechBody;
+
+impl PartialSchema for SpeechBody {
+    fn schema() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(Ref::from_schema_name(SpeechRequest::name()))
+            .item(Ref::from_schema_name(MistralSpeechRequest::name()))
+            .into()
+    }
+}
+
+impl ToSchema for SpeechBody {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((SpeechRequest::name().into(), SpeechRequest::schema()));
+        <SpeechRequest as ToSchema>::schemas(schemas);
+        schemas.push((
+            MistralSpeechRequest::name().into(),
+            MistralSpeechRequest::schema(),
+        ));
+        <MistralSpeechRequest as ToSchema>::schemas(schemas);
+    }
+}
+
+/// `{"audio_data": "<base64>"}`: the audio file of a Mistral request (documentation only).
+pub struct MistralAudio;
+
+impl PartialSchema for MistralAudio {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .property(
+                "audio_data",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .description(Some("The audio file in `response_format`, base64")),
+            )
+            .required("audio_data")
+            .into()
+    }
+}
+
+impl ToSchema for MistralAudio {}
+
+/// Generates speech from text, in OpenAI's shape or Mistral's.
 ///
-/// Voices: the model's presets (see /v1/audio/voices) or OpenAI's names, which map to the
-/// English presets: alloy, sage -> neutral_female; shimmer, marin -> casual_female;
+/// OpenAI's (`SpeechRequest`, with `voice`): voices are the model's presets (see
+/// /v1/audio/voices), custom voices as `{"id": "voice_..."}`, or OpenAI's names, which map to
+/// the English presets: alloy, sage -> neutral_female; shimmer, marin -> casual_female;
 /// coral, nova -> cheerful_female; echo, onyx, cedar -> neutral_male;
-/// ash, ballad, fable, verse -> casual_male.
+/// ash, ballad, fable, verse -> casual_male. The answer is the audio file.
+///
+/// Mistral's (`MistralSpeechRequest`: a body with `voice_id`, `ref_audio` or `stream`): the
+/// voice is `voice_id` or a reference clip `ref_audio` (cloned by a model that clones, for
+/// this request only); the answer is `{"audio_data": "<base64>"}`, or with `stream: true`
+/// Server-Sent Events `event: speech.audio.delta` (`audio_data`) then `event:
+/// speech.audio.done` (`usage`). Its `pcm` is 32-bit float. A body with `ref_audio` is held to
+/// `max_body_bytes` as any other (raise it for long clips). Fields this server cannot honour (`phoneme_hints`, `conversation_history`, an `expressiveness`
+/// other than the model's) get a 400 naming them.
 #[utoipa::path(post, path = "/v1/audio/speech", tag = "audio", security(("api_key" = [])),
-    request_body = SpeechRequest,
+    request_body = SpeechBody,
     responses(
         (status = 200, description = "The audio (Content-Type by format: audio/mpeg, audio/opus, \
-            audio/aac, audio/flac, audio/wav, audio/pcm), or text/event-stream for stream_format=sse",
+            audio/aac, audio/flac, audio/wav, audio/pcm), or text/event-stream for stream_format=sse; \
+            for Mistral's shape JSON with base64 `audio_data`, or text/event-stream for stream=true",
             headers(("x-voxtral-seed" = u64, description = "The seed used")),
             content(
                 (AudioFile = "audio/mpeg"), (AudioFile = "audio/opus"), (AudioFile = "audio/aac"),
                 (AudioFile = "audio/flac"), (AudioFile = "audio/wav"), (AudioFile = "audio/pcm"),
-                (SpeechEvents = "text/event-stream"),
+                (MistralAudio = "application/json"), (SpeechEvents = "text/event-stream"),
             )),
         (status = 400, description = "A field is invalid (`param` names it)", body = ErrorResponse),
         (status = 401, description = "Missing or wrong API key (when keys are configured)", body = ErrorResponse),
@@ -104,16 +180,39 @@ impl ToSchema for SpeechEvents {}
 pub async fn create_speech(
     State(app): State<AppState>,
     headers: HeaderMap,
-    JsonBody(request): JsonBody<SpeechRequest>,
+    body: Bytes,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
+    json::require_json(&headers)?;
+    if mistral::is_mistral(&body) {
+        let request = MistralSpeech::read(json::parse(&body)?)?;
+        let stream = request.stream;
+        let (served, model, mut speech) = request.validate(&app).await?;
+        if stream {
+            speech.stream_format = Some(StreamFormat::Sse);
+        }
+        return speak(&app, &served, &model, speech, Shape::Mistral, received).await;
+    }
+    let request: SpeechRequest = json::parse(&body)?;
     let served = app.model_named(&request.model)?;
     let model = served.loaded()?;
     let mut speech = request.validate(app.config.max_input_chars, &model.card)?;
     if speech.stream_format.is_none() && reads_as_stream(&headers) {
         speech.stream_format = Some(StreamFormat::Audio);
     }
-    let prepared = prepare(&app, &served.id, &model, &speech).await?;
+    speak(&app, served, &model, speech, Shape::OpenAi, received).await
+}
+
+/// Speaks a validated request and answers in `shape`.
+async fn speak(
+    app: &AppState,
+    served: &ServedModel,
+    model: &Arc<LoadedModel>,
+    speech: Speech,
+    shape: Shape,
+    received: Instant,
+) -> Result<Response, ApiError> {
+    let prepared = prepare(app, &served.id, model, &speech).await?;
     let options = JobOptions {
         stream: speech.stream_format.is_some(),
         ..JobOptions::default()
@@ -148,9 +247,15 @@ pub async fn create_speech(
                 bytes = audio.len(),
                 "speech done"
             );
-            Response::builder()
-                .header(header::CONTENT_TYPE, format.content_type())
-                .body(Body::from(audio))
+            match shape {
+                Shape::OpenAi => Response::builder()
+                    .header(header::CONTENT_TYPE, format.content_type())
+                    .body(Body::from(audio)),
+                Shape::Mistral => {
+                    let b64 = base64::engine::general_purpose::STANDARD.encode(&audio);
+                    Ok(axum::Json(serde_json::json!({"audio_data": b64})).into_response())
+                }
+            }
         }
         Some(stream_format) => {
             metrics::histogram!(TIME_TO_FIRST_AUDIO, "model" => served.id.clone())
@@ -159,7 +264,7 @@ pub async fn create_speech(
                 .map_err(|e| ApiError::internal(format!("audio encoding failed: {e}")))?;
             let streamer = Streamer::new(events, first, encoder, speed, rate);
             if stream_format == StreamFormat::Sse {
-                Ok(stream::sse(streamer).into_response())
+                Ok(stream::sse(streamer, shape).into_response())
             } else {
                 Response::builder()
                     .header(header::CONTENT_TYPE, format.content_type())
@@ -186,6 +291,7 @@ pub(crate) async fn prepare(
     speech: &Speech,
 ) -> Result<PreparedSpeech, ApiError> {
     let mut input = speech.input(app.config.normalize_text, app.config.segment_chars);
+    input.conditioning.custom_voice = speech.reference.clone();
     let custom_voice = speech.custom_voice.then(|| speech.voice.clone());
     let (app, model_id, model) = (app.clone(), model_id.to_string(), model.clone());
     tokio::task::spawn_blocking(move || {

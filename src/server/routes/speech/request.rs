@@ -3,11 +3,12 @@
 
 use crate::audio::{AudioFormat, MAX_SPEED, MIN_SPEED};
 use crate::engine::voice::CUSTOM_VOICE_PREFIX;
-use crate::engine::{Conditioning, ModelCard, Sampling, SpeechInput};
+use crate::engine::{Conditioning, CustomVoice, ModelCard, Sampling, SpeechInput};
 use crate::server::error::ApiError;
 use crate::server::voice_catalog;
 use serde::Deserialize;
 use std::ops::RangeInclusive;
+use std::sync::Arc;
 use utoipa::ToSchema;
 
 /// OpenAI's range for `speed`: what the time stretch takes.
@@ -105,6 +106,9 @@ pub struct Speech {
     pub voice: String,
     /// `voice` is a custom voice's id (`voice_...`), to look up in the voice store.
     pub custom_voice: bool,
+    /// A voice cloned from the request's own reference clip (Mistral's `ref_audio`), not
+    /// stored; `voice` is then only a label for the logs.
+    pub reference: Option<Arc<CustomVoice>>,
     pub language: Option<String>,
     pub instructions: Option<String>,
     pub temperature: Option<f32>,
@@ -121,6 +125,17 @@ pub struct Speech {
 impl SpeechRequest {
     /// Checks every field against the settings and the model's card.
     pub fn validate(self, max_input_chars: usize, model: &ModelCard) -> Result<Speech, ApiError> {
+        self.validate_with(max_input_chars, model, None)
+    }
+
+    /// [`validate`](Self::validate), speaking with `reference` (a voice cloned from a clip the
+    /// request carried) instead of the named voice when it is given.
+    pub fn validate_with(
+        self,
+        max_input_chars: usize,
+        model: &ModelCard,
+        reference: Option<Arc<CustomVoice>>,
+    ) -> Result<Speech, ApiError> {
         let chars = self.input.chars().count();
         if chars == 0 {
             return Err(ApiError::invalid("input", "'input' must not be empty."));
@@ -132,8 +147,10 @@ impl SpeechRequest {
             ));
         }
         let requested = self.voice.name();
-        let custom_voice = model.cloning && requested.trim().starts_with(CUSTOM_VOICE_PREFIX);
-        let voice = if custom_voice || model.voice_design {
+        let custom_voice = reference.is_none()
+            && model.cloning
+            && requested.trim().starts_with(CUSTOM_VOICE_PREFIX);
+        let voice = if custom_voice || model.voice_design || reference.is_some() {
             requested.trim()
         } else {
             voice_catalog::resolve(requested, model).ok_or_else(|| {
@@ -193,6 +210,7 @@ impl SpeechRequest {
             text: self.input,
             voice: voice.to_string(),
             custom_voice,
+            reference,
             language: self.language.filter(|l| !l.trim().is_empty()),
             instructions,
             temperature: self.temperature,

@@ -1,7 +1,8 @@
 //! Streamed responses: each audio chunk is encoded as it arrives from the worker, and sent
-//! as raw audio (chunked transfer) or as OpenAI's Server-Sent Events through axum's `sse`.
+//! as raw audio (chunked transfer) or as Server-Sent Events (OpenAI's or Mistral's) through
+//! axum's `sse`.
 
-use super::{job_error, worker_stopped};
+use super::{job_error, mistral, worker_stopped};
 use crate::audio::{time_stretch, AudioError, StreamEncoder};
 use crate::scheduler::{JobEvent, JobSummary};
 use crate::server::error::{ApiError, ErrorDetail};
@@ -153,36 +154,75 @@ pub(super) fn audio_body(streamer: Streamer) -> Body {
     }))
 }
 
-/// OpenAI's events: `speech.audio.delta` with base64 audio, then `speech.audio.done` with the
-/// usage; an error after the first event is an `error` event, and the end of the stream.
-pub(super) fn sse(streamer: Streamer) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+/// Whose words a response is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Shape {
+    OpenAi,
+    Mistral,
+}
+
+impl Shape {
+    fn delta(self, audio: &str) -> Event {
+        match self {
+            Shape::OpenAi => event(&SseEvent::Delta { audio }),
+            Shape::Mistral => named(mistral::delta_event(audio)),
+        }
+    }
+
+    fn done(self, summary: &JobSummary) -> Event {
+        match self {
+            Shape::OpenAi => event(&SseEvent::Done {
+                usage: Usage {
+                    input_tokens: summary.prompt_tokens,
+                    output_tokens: summary.frames,
+                    total_tokens: summary.prompt_tokens + summary.frames,
+                },
+            }),
+            Shape::Mistral => named(mistral::done_event(summary)),
+        }
+    }
+
+    fn error(self, error: ApiError) -> Event {
+        match self {
+            Shape::OpenAi => event(&SseEvent::Error {
+                error: ErrorDetail {
+                    kind: error.kind(),
+                    message: error.message,
+                    param: error.param,
+                    code: error.code,
+                },
+            }),
+            Shape::Mistral => named(mistral::error_event(&error)),
+        }
+    }
+}
+
+/// Mistral's events name themselves (`event:`) as well as carrying their `type`.
+fn named(data: serde_json::Value) -> Event {
+    let name = data["type"].as_str().unwrap_or("error").to_string();
+    Event::default().event(name).data(data.to_string())
+}
+
+/// `speech.audio.delta` events with base64 audio, then `speech.audio.done` with the usage; an
+/// error after the first event is an `error` event, and the end of the stream.
+pub(super) fn sse(
+    streamer: Streamer,
+    shape: Shape,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let state = (streamer, VecDeque::new());
     Sse::new(futures_util::stream::unfold(
         state,
-        |(mut s, mut queued)| async move {
+        move |(mut s, mut queued)| async move {
             while queued.is_empty() {
                 queued.extend(match s.next().await? {
-                    Ok(Piece::Audio(bytes)) => deltas(&bytes),
+                    Ok(Piece::Audio(bytes)) => deltas(&bytes, shape),
                     Ok(Piece::End(bytes, summary)) => {
                         tracing::info!(frames = summary.frames, "speech streamed as events");
-                        let mut events = deltas(&bytes);
-                        events.push(event(&SseEvent::Done {
-                            usage: Usage {
-                                input_tokens: summary.prompt_tokens,
-                                output_tokens: summary.frames,
-                                total_tokens: summary.prompt_tokens + summary.frames,
-                            },
-                        }));
+                        let mut events = deltas(&bytes, shape);
+                        events.push(shape.done(&summary));
                         events
                     }
-                    Err(error) => vec![event(&SseEvent::Error {
-                        error: ErrorDetail {
-                            kind: error.kind(),
-                            message: error.message,
-                            param: error.param,
-                            code: error.code,
-                        },
-                    })],
+                    Err(error) => vec![shape.error(error)],
                 });
             }
             let next = queued.pop_front().map(Ok)?;
@@ -191,15 +231,11 @@ pub(super) fn sse(streamer: Streamer) -> Sse<impl Stream<Item = Result<Event, In
     ))
 }
 
-fn deltas(bytes: &[u8]) -> Vec<Event> {
+fn deltas(bytes: &[u8], shape: Shape) -> Vec<Event> {
     let b64 = base64::engine::general_purpose::STANDARD;
     bytes
         .chunks(SSE_CHUNK_BYTES)
-        .map(|chunk| {
-            event(&SseEvent::Delta {
-                audio: &b64.encode(chunk),
-            })
-        })
+        .map(|chunk| shape.delta(&b64.encode(chunk)))
         .collect()
 }
 
@@ -243,7 +279,7 @@ mod tests {
         tx.send(JobEvent::Audio(vec![0.5; 4])).unwrap();
         tx.send(JobEvent::Failed(JobError::Panicked("boom".into())))
             .unwrap();
-        let response = sse(streamer(rx)).into_response();
+        let response = sse(streamer(rx), Shape::OpenAi).into_response();
         assert_eq!(response.headers()["content-type"], "text/event-stream");
         let text = body_text(response.into_body()).await.unwrap();
         let events: Vec<&str> = text.split_terminator("\n\n").collect();
@@ -272,10 +308,43 @@ mod tests {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         tx.send(JobEvent::Audio(vec![0.5; 4])).unwrap();
         tx.send(JobEvent::Done(summary())).unwrap();
-        let text = body_text(sse(streamer(rx)).into_response().into_body())
+        let text = body_text(sse(streamer(rx), Shape::OpenAi).into_response().into_body())
             .await
             .unwrap();
         let last = text.split_terminator("\n\n").last().unwrap();
         assert!(last.contains("\"total_tokens\":4"), "{last}");
+    }
+
+    #[tokio::test]
+    async fn mistrals_events_are_named_and_carry_audio_data() {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tx.send(JobEvent::Audio(vec![0.5; 4])).unwrap();
+        tx.send(JobEvent::Done(summary())).unwrap();
+        let text = body_text(
+            sse(streamer(rx), Shape::Mistral)
+                .into_response()
+                .into_body(),
+        )
+        .await
+        .unwrap();
+        let events: Vec<(&str, Value)> = text
+            .split_terminator("\n\n")
+            .map(|e| {
+                let (name, data) = e.split_once('\n').unwrap();
+                let data = serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
+                (name.strip_prefix("event: ").unwrap(), data)
+            })
+            .collect();
+        assert_eq!(events.len(), 2, "{text}");
+        assert_eq!(events[0].0, "speech.audio.delta");
+        assert_eq!(
+            events[0].1["audio_data"], "AEAAQABAAEA=",
+            "4 samples of s16le"
+        );
+        assert_eq!(events[1].0, "speech.audio.done");
+        assert_eq!(
+            events[1].1["usage"],
+            serde_json::json!({"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4})
+        );
     }
 }

@@ -11,8 +11,12 @@ use crate::audio::{stream_encoder, time_stretch, AudioFormat, StreamEncoder};
 use crate::engine::PrepareError;
 use crate::scheduler::{JobEvent, JobOptions, LoadedModel};
 use crate::server::error::ApiError;
-use crate::server::parse_speech_body;
-use crate::server::routes::speech::{job_error, prepare, submit, worker_stopped, Speech};
+use crate::server::routes::speech::mistral::{
+    check_expressiveness, reference_voice, voice_model, REFERENCE_VOICE,
+};
+use crate::server::routes::speech::{
+    job_error, parse_speech_body_with, prepare, submit, worker_stopped, Speech,
+};
 use crate::server::state::{AppState, ServedModel};
 use crate::server::voice_catalog;
 use crate::text::{split_ranges, streamed_cut};
@@ -56,27 +60,76 @@ pub struct Voice {
 }
 
 impl Voice {
-    /// `body` is a `POST /v1/audio/speech` body without `input`.
-    pub fn new(
+    /// `body` is a `POST /v1/audio/speech` body without `input`, and two fields of Mistral's:
+    /// `ref_audio` (a clip to clone the voice from, spoken by a model that clones) and
+    /// `expressiveness` (which may only repeat the model's). A custom voice's id is spoken by
+    /// the model that made it when `model` cannot clone.
+    pub async fn new(
         app: &AppState,
         mut body: Value,
         granularity: Granularity,
     ) -> Result<Self, ApiError> {
-        let served = match body["model"].as_str() {
-            Some(name) => app.model_named(name)?.clone(),
-            None => app.default_model()?.clone(),
+        let take = |body: &mut Value, field: &str| {
+            body.as_object_mut()
+                .and_then(|b| b.remove(field))
+                .filter(|v| !v.is_null())
         };
-        let model = served.loaded()?;
+        let clip = match take(&mut body, "ref_audio") {
+            Some(Value::String(clip)) => Some(clip),
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "ref_audio",
+                    "`ref_audio` must be base64.",
+                ))
+            }
+            None => None,
+        };
+        let expressiveness = match take(&mut body, "expressiveness") {
+            Some(Value::Number(n)) => n.as_f64(),
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "expressiveness",
+                    "`expressiveness` must be a number.",
+                ))
+            }
+            None => None,
+        };
+        let requested = body["model"].as_str().map(str::to_string);
+        let (served, model, reference) = match clip {
+            Some(clip) => {
+                let (served, model) = app.cloning_model(requested.as_deref(), "ref_audio")?;
+                let reference = reference_voice(app, served, &model, &clip).await?;
+                (served.clone(), model, Some(reference))
+            }
+            None => {
+                let served = voice_model(app, requested.as_deref(), body["voice"].as_str())?;
+                let model = served.loaded()?;
+                (served.clone(), model, None)
+            }
+        };
+        check_expressiveness(expressiveness, &model)?;
         body["model"] = Value::String(served.id.clone());
-        if body["voice"].is_null() {
+        if reference.is_some() {
+            body["voice"] = Value::String(REFERENCE_VOICE.into());
+        } else if body["voice"].is_null() {
             let card = &model.card;
             let voice = voice_catalog::resolve("alloy", card)
                 .or_else(|| card.voices.first().map(|v| v.name.as_str()))
-                .ok_or_else(|| ApiError::invalid("voice", "This model has no preset voices."))?;
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "voice",
+                        "This model has no preset voices: set a voice or a reference clip.",
+                    )
+                })?;
             body["voice"] = Value::String(voice.to_string());
         }
         body["input"] = Value::String("-".into());
-        let speech = parse_speech_body(body.to_string().as_bytes(), usize::MAX, &model.card)?;
+        let speech = parse_speech_body_with(
+            body.to_string().as_bytes(),
+            usize::MAX,
+            &model.card,
+            reference,
+        )?;
         Ok(Voice {
             served,
             model,

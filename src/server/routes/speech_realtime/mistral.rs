@@ -1,11 +1,17 @@
 //! Mistral's realtime speech messages (docs.mistral.ai, Studio > Audio > Text to speech >
-//! "Speak in realtime"; event shapes from the `mistralai` Python SDK's models:
-//! `speechstreamaudiodelta.py` (`audio_data`), `speechstreamdone.py` (`usage`), and the
-//! realtime sessions' `session.created` / `session.updated` / `error` envelopes).
+//! "Speak in realtime"; shapes as the `mistralai` Python SDK has them:
+//! `extra/realtime/speech.py` (the client), the models `realtimespeechsession.py`,
+//! `realtimespeechsessionupdatepayload.py`, `speechstreamaudiodelta.py` (`audio_data`),
+//! `speechstreamdone.py` (`usage`) and `realtimespeecherror.py`).
 
-use super::core::{Granularity, Output, Voice};
-use super::{invalid_message, Command, Dialect};
+use super::core::{Core, Granularity, Output, Voice};
+use super::{invalid_message, Command, Dialect, MAX_MESSAGE_BYTES};
+use crate::config::ServerConfig;
+use crate::scheduler::LoadedModel;
 use crate::server::error::ApiError;
+use crate::server::routes::speech::mistral::{
+    error_event, expressiveness_of, format_name, mistral_format_name, usage,
+};
 use axum::extract::ws::Message;
 use base64::Engine as _;
 use serde_json::{json, Map, Value};
@@ -13,10 +19,12 @@ use serde_json::{json, Map, Value};
 /// Audio bytes per `speech.audio.delta` (even: a PCM sample never splits).
 const DELTA_BYTES: usize = 16 * 1024;
 
-/// The `session` fields a client may set, and the request field each one is.
-const FIELDS: [(&str, &str); 9] = [
+/// The `session` fields passed on to the speech request, and the request field each one is.
+const FIELDS: [(&str, &str); 11] = [
     ("voice_id", "voice"),
     ("voice", "voice"),
+    ("ref_audio", "ref_audio"),
+    ("expressiveness", "expressiveness"),
     ("response_format", "response_format"),
     ("seed", "seed"),
     ("max_frames", "max_frames"),
@@ -26,8 +34,25 @@ const FIELDS: [(&str, &str); 9] = [
     ("speed", "speed"),
 ];
 
+/// The connection's header that sets the session before any update: a `session` object, as
+/// `session.update` has (Mistral's SDK sends no extension fields, but takes `http_headers`).
+pub const SESSION_HEADER: &str = "x-voxtral-session";
+
+/// The `session` fields the dialect reads itself.
+const OWN_FIELDS: [&str; 2] = ["split_granularity", "streaming_mode"];
+
+/// The largest message: a `session.update` may carry a reference clip (base64), as large as
+/// a `/v1/audio/speech` body may be.
+pub fn message_bytes(config: &ServerConfig) -> usize {
+    MAX_MESSAGE_BYTES.max(config.max_body_bytes)
+}
+
 pub struct Mistral {
+    /// The model of the connection URL.
     model: String,
+    /// Its guidance scale, reported while no voice is set.
+    expressiveness: f64,
+    request_id: String,
     /// The settings in force, as `session.update` gave them.
     settings: Map<String, Value>,
     /// Settings of an update not yet taken.
@@ -37,9 +62,11 @@ pub struct Mistral {
 }
 
 impl Mistral {
-    pub fn new(model: String) -> Self {
+    pub fn new(model: String, loaded: &LoadedModel) -> Self {
         Mistral {
             model,
+            expressiveness: expressiveness_of(loaded),
+            request_id: format!("speech_{:032x}", rand::random::<u128>()),
             settings: Map::new(),
             pending: None,
             granularity: Granularity::Sentence,
@@ -47,31 +74,130 @@ impl Mistral {
         }
     }
 
+    /// Settings before any update, from the [`SESSION_HEADER`] of the connection.
+    pub fn preset(&mut self, header: &[u8]) -> Result<(), ApiError> {
+        let invalid = |message: String| ApiError::invalid(SESSION_HEADER, message);
+        let settings: Value = serde_json::from_slice(header)
+            .map_err(|e| invalid(format!("{SESSION_HEADER} is not JSON: {e}")))?;
+        let Value::Object(settings) = settings else {
+            return Err(invalid(format!("{SESSION_HEADER} must be a JSON object")));
+        };
+        self.settings = self.updated(&settings)?;
+        self.granularity = granularity_of(&self.settings)?;
+        Ok(())
+    }
+
     fn body(&self, settings: &Map<String, Value>) -> Value {
-        let mut body = json!({"model": self.model, "response_format": "pcm"});
+        let mut body = json!({"model": self.model, "response_format": "pcm_f32le"});
         for (field, request_field) in FIELDS {
             if let Some(value) = settings.get(field).filter(|v| !v.is_null()) {
-                body[request_field] = value.clone();
+                body[request_field] = match (request_field, value) {
+                    ("response_format", Value::String(name)) => json!(format_name(name)),
+                    _ => value.clone(),
+                };
             }
         }
         body
     }
 
-    fn session(&self, voice: &Voice, granularity: Granularity) -> Value {
+    /// The session object (`RealtimeSpeechSession`), with this server's extensions
+    /// `sample_rate`, `split_granularity`, `seed` and `max_frames` once a voice is set.
+    fn session(&self, voice: Option<&Voice>) -> Value {
+        let granularity = match self.granularity {
+            Granularity::Clause => "clause",
+            _ => "sentence",
+        };
+        let Some(voice) = voice else {
+            return json!({
+                "request_id": self.request_id,
+                "model": self.model,
+                "voice": null,
+                "is_ref_audio": false,
+                "streaming_mode": "responsive",
+                "response_format": "pcm",
+                "expressiveness": self.expressiveness,
+                "split_granularity": granularity,
+            });
+        };
         let speech = &voice.speech;
+        let reference = speech.reference.is_some();
         json!({
+            "request_id": self.request_id,
             "model": voice.served.id,
-            "voice_id": speech.voice,
-            "response_format": speech.format.to_string(),
+            "voice": (!reference).then_some(&speech.voice),
+            "is_ref_audio": reference,
+            "streaming_mode": "responsive",
+            "response_format": mistral_format_name(speech.format),
+            "expressiveness": expressiveness_of(&voice.model),
             "sample_rate": voice.sample_rate(),
-            "split_granularity": match granularity {
-                Granularity::Clause => "clause",
-                _ => "sentence",
-            },
+            "split_granularity": granularity,
             "seed": speech.seed,
             "max_frames": speech.max_frames,
             "speed": speech.speed,
         })
+    }
+
+    /// The settings after `update`: a voice replaces a reference clip and the other way round.
+    fn updated(&self, update: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
+        let set = |key: &str| update.get(key).is_some_and(|v| !v.is_null());
+        if (set("voice") || set("voice_id")) && set("ref_audio") {
+            return Err(ApiError::invalid(
+                "ref_audio",
+                "`voice` and `ref_audio` are one or the other.",
+            ));
+        }
+        let mut settings = self.settings.clone();
+        if set("voice") || set("voice_id") {
+            settings.remove("ref_audio");
+        }
+        if set("ref_audio") {
+            settings.remove("voice");
+            settings.remove("voice_id");
+        }
+        for (key, value) in update {
+            let known =
+                FIELDS.iter().any(|(field, _)| field == key) || OWN_FIELDS.contains(&key.as_str());
+            if !known {
+                return Err(ApiError::invalid(
+                    key.as_str(),
+                    format!("`{key}` is not a setting of this server's speech sessions."),
+                ));
+            }
+            settings.insert(key.clone(), value.clone());
+        }
+        match settings.get("streaming_mode") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(mode)) if mode == "responsive" => {}
+            Some(Value::String(mode)) if mode == "long_form" => {
+                return Err(ApiError::invalid(
+                    "streaming_mode",
+                    "`streaming_mode` long_form is not available: each sentence is spoken as \
+                     soon as it is complete (responsive).",
+                ))
+            }
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "streaming_mode",
+                    "`streaming_mode` is responsive or long_form.",
+                ))
+            }
+        }
+        Ok(settings)
+    }
+}
+
+/// Where the settings cut the text: at sentences (the default) or clauses.
+fn granularity_of(settings: &Map<String, Value>) -> Result<Granularity, ApiError> {
+    let invalid = || {
+        ApiError::invalid(
+            "split_granularity",
+            "`split_granularity` is sentence or clause.",
+        )
+    };
+    match settings.get("split_granularity") {
+        None | Some(Value::Null) => Ok(Granularity::Sentence),
+        Some(Value::String(name)) if name != "none" => Granularity::parse(name).ok_or_else(invalid),
+        Some(_) => Err(invalid()),
     }
 }
 
@@ -80,8 +206,8 @@ fn text(event: Value) -> Message {
 }
 
 impl Dialect for Mistral {
-    fn opened(&mut self, core: &super::core::Core) -> Vec<Message> {
-        let session = core.voice().map(|v| self.session(v, self.granularity));
+    fn opened(&mut self, core: &Core) -> Vec<Message> {
+        let session = self.session(core.voice());
         vec![text(json!({"type": "session.created", "session": session}))]
     }
 
@@ -101,26 +227,8 @@ impl Dialect for Mistral {
                 let Some(update) = event.get("session").and_then(Value::as_object) else {
                     return Err(ApiError::invalid("session", "`session` must be an object."));
                 };
-                let mut settings = self.settings.clone();
-                for (key, value) in update {
-                    settings.insert(key.clone(), value.clone());
-                }
-                let granularity = match settings.get("split_granularity") {
-                    None | Some(Value::Null) => Granularity::Sentence,
-                    Some(Value::String(name)) if name != "none" => Granularity::parse(name)
-                        .ok_or_else(|| {
-                            ApiError::invalid(
-                                "split_granularity",
-                                "`split_granularity` is sentence or clause.",
-                            )
-                        })?,
-                    Some(_) => {
-                        return Err(ApiError::invalid(
-                            "split_granularity",
-                            "`split_granularity` is sentence or clause.",
-                        ))
-                    }
-                };
+                let settings = self.updated(update)?;
+                let granularity = granularity_of(&settings)?;
                 let body = self.body(&settings);
                 self.pending = Some(settings);
                 self.pending_granularity = granularity;
@@ -130,7 +238,12 @@ impl Dialect for Mistral {
                 Some(Value::String(delta)) => Ok(Command::Append(delta.clone())),
                 _ => Err(ApiError::invalid("text", "`text` must be a string.")),
             },
-            "input_text.flush" => Ok(Command::Flush),
+            // With `text`, the SDK's `flush(text)`: the text, then the flush.
+            "input_text.flush" => match event.get("text") {
+                None | Some(Value::Null) => Ok(Command::Flush),
+                Some(Value::String(delta)) => Ok(Command::AppendFlush(delta.clone())),
+                Some(_) => Err(ApiError::invalid("text", "`text` must be a string.")),
+            },
             "input_text.end" => Ok(Command::End),
             other => Err(invalid_message(format!("Unknown message type: {other:?}."))),
         }
@@ -141,7 +254,7 @@ impl Dialect for Mistral {
             self.settings = settings;
             self.granularity = self.pending_granularity;
         }
-        let session = self.session(voice, self.granularity);
+        let session = self.session(Some(voice));
         vec![text(json!({"type": "session.updated", "session": session}))]
     }
 
@@ -171,11 +284,8 @@ impl Dialect for Mistral {
                 event["error"]["index"] = json!(index);
                 vec![text(event)]
             }
-            Output::Done(usage) => vec![text(json!({"type": "speech.audio.done", "usage": {
-                "prompt_tokens": usage.prompt_tokens,
-                "completion_tokens": usage.frames,
-                "total_tokens": usage.prompt_tokens + usage.frames,
-            }}))],
+            Output::Done(done) => vec![text(json!({"type": "speech.audio.done",
+                "usage": usage(done.prompt_tokens, done.frames)}))],
         }
     }
 
@@ -183,17 +293,4 @@ impl Dialect for Mistral {
         self.pending = None;
         text(error_event(error))
     }
-}
-
-/// Mistral's `error` event: `message` and a numeric `code` (the HTTP status the same
-/// failure has on `/v1/audio/speech`), with OpenAI's `type` and `param` and this server's
-/// string `reason` beside them.
-fn error_event(error: &ApiError) -> Value {
-    json!({"type": "error", "error": {
-        "message": error.message,
-        "code": error.status.as_u16(),
-        "type": error.kind(),
-        "param": error.param,
-        "reason": error.code,
-    }})
 }

@@ -10,8 +10,8 @@
 //!   `session.config`, `input.text`, `input.done`, `session.close`; the server answers
 //!   `audio.start`, binary audio frames, `audio.done`, `session.done` and `error`.
 //!
-//! The socket rules are the same for both: a message over [`MAX_MESSAGE_BYTES`] gets an
-//! error event and close code 1009; a bad message an error event, and the session goes on;
+//! The socket rules are the same for both: a message over the size limit ([`MAX_MESSAGE_BYTES`],
+//! for Mistral's the size of a reference clip) gets an error event and close code 1009; a bad message an error event, and the session goes on;
 //! at most `max_speech_sessions` sessions (one more: 1013); a client that stops reading is
 //! closed (1008) after [`ws::STALL_LIMIT`]; when the server drains, 1012.
 
@@ -49,40 +49,55 @@ pub struct SpeechSocketQuery {
 
 /// Speaks text while it is written: Mistral's realtime speech session (WebSocket).
 ///
-/// On connect the server sends `session.created` with the default settings. The client may
-/// send `session.update` (`session`: `voice_id`, `response_format` pcm, wav, mp3, flac, opus
-/// or aac, `speed`, and the extensions of `/v1/audio/speech`: `seed`, `max_frames`, `language`,
-/// `instructions`, `temperature`, `split_granularity` sentence or clause), answered with
-/// `session.updated`; then `input_text.append` (`text`: a delta) as the text is written. Each
-/// complete sentence is spoken as soon as it is in; `speech.audio.delta` (`audio_data`:
-/// base64) carries the audio, one continuous stream per generation, and
-/// `speech.audio.segment` says which samples speak which text. `input_text.flush` speaks the
-/// rest and ends the generation with `speech.audio.done` (usage); the socket stays open.
-/// `input_text.end` does the same, then closes it. Rejected messages get an `error` event.
-/// With a `speed` other than 1, each piece is stretched once it is complete. Browsers may
-/// send the API key as a subprotocol, as on `/v1/realtime`.
+/// On connect the server sends `session.created` with the default settings, and those of
+/// the `X-Voxtral-Session` header (a `session` object as `session.update` takes: how a
+/// Mistral SDK, which sends no extension fields, sets them through its `http_headers`) (Mistral's
+/// `RealtimeSpeechSession`: `request_id`, `model`, `voice`, `is_ref_audio`,
+/// `streaming_mode`, `response_format`, `expressiveness`). The client may send
+/// `session.update` (`session`: `voice` (or `voice_id`): a preset or custom voice;
+/// `ref_audio`: a base64 clip to clone the voice from, spoken by a model that clones (this one
+/// when it does, else the first served one that does); `response_format` pcm (32-bit float,
+/// the default), wav, mp3, flac, opus or aac; `streaming_mode` responsive; `expressiveness`
+/// only as the model's; `speed`; and the extensions of `/v1/audio/speech`: `seed`,
+/// `max_frames`, `language`, `instructions`, `temperature`, `split_granularity` sentence or
+/// clause; any other field is refused by name), answered with `session.updated`; then
+/// `input_text.append` (`text`: a delta) as the text is written. Each complete sentence is
+/// spoken as soon as it is in; `speech.audio.delta` (`audio_data`: base64) carries the audio,
+/// one continuous stream per generation, and `speech.audio.segment` says which samples speak
+/// which text. `input_text.flush` (with an optional last `text`) speaks the rest and ends the
+/// generation with `speech.audio.done` (usage); the socket stays open. `input_text.end` does
+/// the same, then closes it. Rejected messages get an `error` event. With a `speed` other
+/// than 1, each piece is stretched once it is complete. Browsers may send the API key as a
+/// subprotocol, as on `/v1/realtime`.
 #[utoipa::path(get, path = "/v1/audio/speech/realtime", tag = "audio", security(("api_key" = [])),
     params(SpeechSocketQuery),
     responses(
         (status = 101, description = "Switching to the WebSocket protocol: the session's events follow"),
-        (status = 400, description = "Not a WebSocket upgrade", body = crate::server::error::ErrorResponse),
+        (status = 400, description = "Not a WebSocket upgrade, or a bad X-Voxtral-Session", body = crate::server::error::ErrorResponse),
         (status = 401, description = "A missing or wrong API key", body = crate::server::error::ErrorResponse),
         (status = 404, description = "No speech model of that name", body = crate::server::error::ErrorResponse),
         (status = 503, description = "The model is loading, or the server is shutting down", body = crate::server::error::ErrorResponse)))]
 pub async fn mistral_websocket(
     State(app): State<AppState>,
     Query(query): Query<SpeechSocketQuery>,
+    headers: axum::http::HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
     let served = match query.model.as_deref() {
         Some(name) => app.model_named(name)?,
         None => app.default_model()?,
     };
-    let model = served.id.clone();
-    served.loaded()?;
-    Ok(limited(upgrade).on_upgrade(move |socket| async move {
-        run(socket, app.clone(), mistral::Mistral::new(model)).await;
-    }))
+    let model = served.loaded()?;
+    let mut dialect = mistral::Mistral::new(served.id.clone(), &model);
+    if let Some(settings) = headers.get(mistral::SESSION_HEADER) {
+        dialect.preset(settings.as_bytes())?;
+    }
+    let limit = mistral::message_bytes(&app.config);
+    Ok(
+        limited(upgrade, limit).on_upgrade(move |socket| async move {
+            run(socket, app.clone(), limit, dialect).await;
+        }),
+    )
 }
 
 /// Speaks text while it is written: vLLM-Omni's streaming speech session (WebSocket).
@@ -107,17 +122,26 @@ pub async fn vllm_websocket(
     State(app): State<AppState>,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
-    Ok(limited(upgrade).on_upgrade(move |socket| async move {
-        run(socket, app.clone(), vllm::Vllm::default()).await;
-    }))
+    Ok(
+        limited(upgrade, MAX_MESSAGE_BYTES).on_upgrade(move |socket| async move {
+            run(
+                socket,
+                app.clone(),
+                MAX_MESSAGE_BYTES,
+                vllm::Vllm::default(),
+            )
+            .await;
+        }),
+    )
 }
 
-fn limited(upgrade: WebSocketUpgrade) -> WebSocketUpgrade {
+/// Messages of at most `max_message_bytes`.
+fn limited(upgrade: WebSocketUpgrade, max_message_bytes: usize) -> WebSocketUpgrade {
     // Browser clients send their key as a subprotocol beside `realtime` (`server::auth`), as
     // they do on `/v1/realtime`; the handshake fails in the browser unless one is chosen.
     upgrade
-        .max_message_size(MAX_MESSAGE_BYTES)
-        .max_frame_size(MAX_MESSAGE_BYTES)
+        .max_message_size(max_message_bytes)
+        .max_frame_size(max_message_bytes)
         .protocols(["realtime"])
 }
 
@@ -149,6 +173,8 @@ pub enum Command {
     Configure(Value, Granularity),
     Append(String),
     Flush,
+    /// Append, then flush.
+    AppendFlush(String),
     /// Flush, then close once the generation is out.
     End,
     /// Close now.
@@ -173,10 +199,23 @@ pub trait Dialect: Send + 'static {
     fn error(&mut self, error: &ApiError) -> Message;
 }
 
-async fn run<D: Dialect>(socket: WebSocket, app: AppState, mut dialect: D) {
+/// Serves one socket whose messages are at most `max_message_bytes`.
+async fn run<D: Dialect>(
+    socket: WebSocket,
+    app: AppState,
+    max_message_bytes: usize,
+    mut dialect: D,
+) {
     let (sink, mut incoming) = socket.split();
     let mut out = Outgoing::new(sink);
-    let end = session(&mut dialect, &mut out, &mut incoming, &app).await;
+    let end = session(
+        &mut dialect,
+        &mut out,
+        &mut incoming,
+        &app,
+        max_message_bytes,
+    )
+    .await;
     ws::end(out, &mut incoming, end, |code, message| {
         dialect.error(&ApiError::new(
             axum::http::StatusCode::BAD_REQUEST,
@@ -194,6 +233,7 @@ async fn session<D: Dialect>(
     out: &mut Outgoing,
     incoming: &mut futures_util::stream::SplitStream<WebSocket>,
     app: &AppState,
+    max_message_bytes: usize,
 ) -> End {
     let limit = app.config.max_speech_sessions;
     let Some(_place) = Place::take(limit) else {
@@ -209,14 +249,23 @@ async fn session<D: Dialect>(
     };
     let mut core = Core::new(app.clone());
     if let Some((body, granularity)) = dialect.default_settings() {
-        if let Err(e) = Voice::new(app, body, granularity).and_then(|v| core.configure(v)) {
-            return End::With(vec![
-                dialect.error(&e),
-                ws::close(ws::INTERNAL_ERROR, &e.message),
-            ]);
+        match Voice::new(app, body, granularity)
+            .await
+            .and_then(|v| core.configure(v))
+        {
+            Ok(()) => {}
+            // The defaults need what only the client can give (a model without presets needs
+            // a voice): the session starts unconfigured.
+            Err(e) if e.status == axum::http::StatusCode::BAD_REQUEST => {}
+            Err(e) => {
+                return End::With(vec![
+                    dialect.error(&e),
+                    ws::close(ws::INTERNAL_ERROR, &e.message),
+                ])
+            }
         }
     }
-    serve(&mut core, dialect, out, incoming, app).await
+    serve(&mut core, dialect, out, incoming, app, max_message_bytes).await
 }
 
 async fn serve<D: Dialect>(
@@ -225,6 +274,7 @@ async fn serve<D: Dialect>(
     out: &mut Outgoing,
     incoming: &mut futures_util::stream::SplitStream<WebSocket>,
     app: &AppState,
+    max_message_bytes: usize,
 ) -> End {
     for message in dialect.opened(core) {
         if out.send(message).await.is_err() {
@@ -264,7 +314,7 @@ async fn serve<D: Dialect>(
                     let e = ApiError::new(
                         axum::http::StatusCode::PAYLOAD_TOO_LARGE,
                         Some("message_too_large"),
-                        format!("A message is at most {MAX_MESSAGE_BYTES} bytes."),
+                        format!("A message is at most {max_message_bytes} bytes."),
                     );
                     return End::Oversized(vec![dialect.error(&e), ws::close(ws::MESSAGE_TOO_BIG, &e.message)]);
                 }
@@ -336,7 +386,7 @@ async fn on_text<D: Dialect>(
     let result = match command {
         Command::Configure(body, granularity) => {
             let app = core.app().clone();
-            match Voice::new(&app, body, granularity) {
+            match Voice::new(&app, body, granularity).await {
                 Ok(voice) => {
                     let answer = dialect.configured(&voice);
                     match core.configure(voice) {
@@ -354,6 +404,13 @@ async fn on_text<D: Dialect>(
         }
         Command::Append(delta) => core.append(&delta).await,
         Command::Flush => core.flush().await,
+        Command::AppendFlush(delta) => match core.append(&delta).await {
+            Ok(mut outputs) => core.flush().await.map(|more| {
+                outputs.extend(more);
+                outputs
+            }),
+            Err(e) => Err(e),
+        },
         Command::End => {
             return match core.flush().await {
                 Ok(outputs) => Ok(Step::End(outputs)),

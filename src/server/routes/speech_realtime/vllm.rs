@@ -106,7 +106,7 @@ impl Dialect for Vllm {
                 self.bytes = 0;
                 let mut start = json!({"type": "audio.start", "utterance_index": self.utterance,
                     "sentence_index": index, "sentence_text": sentence, "format": format});
-                if self.format == Some(AudioFormat::Pcm) {
+                if self.format.is_some_and(AudioFormat::is_raw) {
                     start["sample_rate"] = json!(self.sample_rate);
                     start["channels"] = json!(1);
                 }

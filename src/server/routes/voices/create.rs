@@ -3,24 +3,28 @@
 //! the model's voice-encoding thread, then written to the store; the same upload made again
 //! returns the stored voice without computing it again.
 
+use super::mistral::{self, MistralVoice, MistralVoiceCreate};
 use super::Voice;
 use crate::audio::input::{decode_to_rate, AudioInputError, DecodeLimits};
 use crate::engine::primary_language;
 use crate::engine::voice::{VoiceEncodeError, VoiceTensors};
+use crate::engine::ModelCard;
 use crate::scheduler::voice_encoding::{VoiceEncoderState, VoiceEncodingJob, VoiceSubmitError};
 use crate::server::error::{ApiError, ErrorResponse};
-use crate::server::state::AppState;
+use crate::server::json::JsonBody;
+use crate::server::state::{AppState, ServedModel, ServedVoiceEncoder};
 use crate::server::voice_store::{VoiceMeta, VoiceStoreError};
 use axum::extract::multipart::MultipartError;
-use axum::extract::{Multipart, State};
+use axum::extract::{FromRequest, Multipart, Request, State};
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use sha2::{Digest, Sha256};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// Longest voice name, in characters.
-const MAX_NAME_CHARS: usize = 128;
+pub(super) const MAX_NAME_CHARS: usize = 128;
 /// Longest transcript, in characters (the encoder also bounds its tokens).
 const MAX_TRANSCRIPT_CHARS: usize = 4000;
 /// The form field of the clips.
@@ -115,7 +119,7 @@ fn non_blank(field: &Option<String>) -> Option<&str> {
 
 /// The model's spelling of `requested` among its `languages` (BCP 47): the same code in any
 /// case, or a regional variant of one (`en-US` for `en`).
-fn model_language(languages: &[String], requested: &str) -> Result<String, ApiError> {
+pub(super) fn model_language(languages: &[String], requested: &str) -> Result<String, ApiError> {
     let primary = primary_language(requested);
     languages
         .iter()
@@ -135,7 +139,7 @@ fn model_language(languages: &[String], requested: &str) -> Result<String, ApiEr
 
 /// sha256 of what determines a voice's tensors: the model, the clips as the encoder reads
 /// them, and the transcript.
-fn source_sha256(
+pub(super) fn source_sha256(
     model_id: &str,
     sample_rate: u32,
     clips: &[Vec<f32>],
@@ -159,13 +163,14 @@ fn source_sha256(
     format!("{:x}", hash.finalize())
 }
 
-fn audio_error(e: AudioInputError) -> ApiError {
+/// A clip that cannot be used, as an error naming the request field `field` that sent it.
+fn audio_error(e: AudioInputError, field: &str) -> ApiError {
     let status = match e {
         AudioInputError::Internal(_) => return ApiError::internal(e.to_string()),
         AudioInputError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         _ => StatusCode::BAD_REQUEST,
     };
-    ApiError::new(status, Some(e.code()), format!("audio_sample: {e}")).with_param(AUDIO_FIELD)
+    ApiError::new(status, Some(e.code()), format!("{field}: {e}")).with_param(field)
 }
 
 fn encode_error(e: VoiceEncodeError) -> ApiError {
@@ -194,30 +199,54 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| ApiError::internal(e.to_string()))
 }
 
-/// Creates a custom voice from a reference clip.
+/// Creates a custom voice from a reference clip, in OpenAI's shape or Mistral's.
 ///
-/// A multipart form: `audio_sample` (the clip: WAV, MP3, FLAC, Ogg or WebM, any rate, resampled
-/// to the model's; a family that averages several clips takes the field repeated), `name`,
-/// optionally `transcript` (what the clip says: the model then clones in context, closer to
-/// the clip), `language` (one of the model's, BCP 47: speech with the voice is in it when a
-/// request names none) and `model` (a served model's id; the default model when absent). Use
-/// the voice in speech requests as `"voice": {"id": "voice_..."}`. The same clip, transcript,
-/// language and model under the same name returns the voice already stored. Only models that
-/// clone accept it (`capabilities.cloning` in /v1/models); the voice is kept in the server's
-/// voices folder across restarts.
+/// OpenAI's is a multipart form (`multipart/form-data`): `audio_sample` (the clip: WAV, MP3,
+/// FLAC, Ogg or WebM, any rate, resampled to the model's; a family that averages several clips
+/// takes the field repeated), `name`, optionally `transcript` (what the clip says: the model then clones in
+/// context, closer to the clip), `language` (one of the model's, BCP 47: speech with the voice
+/// is in it when a request names none) and `model` (a served model's id; the default model
+/// when absent); the answer is the voice as `GET /v1/audio/voices` lists it. Mistral's is a
+/// JSON body (`MistralVoiceCreate`: `name`, `sample_audio` in base64, `languages`, `gender`
+/// and other labels, with `model` and `transcript` as extensions; the first served model
+/// that clones when `model` is absent), answered in Mistral's shape. Use the voice in speech
+/// requests as `"voice": {"id": "voice_..."}` (OpenAI) or `"voice_id"` (Mistral). The same
+/// clip, transcript, language, labels and model under the same name returns the voice already
+/// stored. Only models that clone accept it (`capabilities.cloning` in /v1/models); the
+/// voice is kept in the server's voices folder across restarts.
 #[utoipa::path(post, path = "/v1/audio/voices", tag = "audio", security(("api_key" = [])),
-    request_body(content_type = "multipart/form-data", description = "audio_sample, name, transcript, language, model"),
+    request_body(content(
+        (MistralVoiceCreate = "application/json"),
+        (String = "multipart/form-data"),
+    )),
     responses(
-        (status = 200, description = "The voice", body = Voice),
+        (status = 200, description = "The voice: `Voice` for a form, `MistralVoice` for JSON", content(
+            (Voice = "application/json"), (MistralVoice = "application/json"))),
         (status = 400, description = "A missing field, an undecodable, too short or too long clip, a model that cannot clone, or the most voices stored", body = ErrorResponse),
         (status = 404, description = "No model of that name", body = ErrorResponse),
         (status = 413, description = "The upload is too large", body = ErrorResponse),
+        (status = 415, description = "Neither a multipart form nor JSON", body = ErrorResponse),
         (status = 429, description = "The model's voice encoder is busy", body = ErrorResponse),
         (status = 503, description = "The model is loading", body = ErrorResponse)))]
 pub async fn create_voice(
     State(app): State<AppState>,
-    multipart: Multipart,
-) -> Result<Json<Voice>, ApiError> {
+    request: Request,
+) -> Result<Response, ApiError> {
+    if crate::server::json::is_json(request.headers()) {
+        let JsonBody(body) = JsonBody::<MistralVoiceCreate>::from_request(request, &app).await?;
+        return Ok(mistral::create(app, body).await?.into_response());
+    }
+    let multipart = Multipart::from_request(request, &app).await.map_err(|e| {
+        ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Some("unsupported_media_type"),
+            format!("{e}: send a multipart form (OpenAI's shape) or JSON (Mistral's)."),
+        )
+    })?;
+    Ok(create_openai(app, multipart).await?.into_response())
+}
+
+async fn create_openai(app: AppState, multipart: Multipart) -> Result<Json<Voice>, ApiError> {
     let form = read_form(multipart).await?;
     let upload = check_fields(&form)?;
     let served = match &upload.model {
@@ -230,42 +259,8 @@ pub async fn create_voice(
         .as_deref()
         .map(|l| model_language(&card.card.languages, l))
         .transpose()?;
-    let encoder = app
-        .voice_encoder(&served.id)
-        .ok_or_else(|| ApiError::internal("the model has no voice-encoding thread"))?;
-    let state = encoder.state.borrow().clone();
-    let sample_rate = match state {
-        VoiceEncoderState::Ready { sample_rate } => sample_rate,
-        VoiceEncoderState::Loading => return Err(ApiError::model_loading()),
-        VoiceEncoderState::NotCloning => {
-            return Err(ApiError::invalid(
-                "model",
-                format!(
-                "the model '{}' ({}) cannot clone voices: /v1/models says which can (capabilities.cloning)",
-                served.id, card.card.family
-            ),
-            ))
-        }
-        VoiceEncoderState::Failed(message) => {
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                Some("voice_encoder_failed"),
-                format!("The model's voice encoder failed to load: {message}"),
-            ))
-        }
-    };
-    let limits = DecodeLimits::new(
-        app.config.max_voice_upload_bytes,
-        Duration::from_secs(app.config.max_voice_clip_seconds as u64),
-    );
-    let clips = blocking(move || {
-        form.clips
-            .iter()
-            .map(|bytes| decode_to_rate(bytes, sample_rate, &limits).map(|a| a.samples))
-            .collect::<Result<Vec<_>, _>>()
-    })
-    .await?
-    .map_err(audio_error)?;
+    let (encoder, sample_rate) = voice_encoder(&app, served, &card.card)?;
+    let clips = decode_clips(&app, form.clips, sample_rate, AUDIO_FIELD).await?;
     let source = source_sha256(
         &served.id,
         sample_rate,
@@ -283,13 +278,27 @@ pub async fn create_voice(
         language,
         audio_seconds,
         source_sha256: source,
+        profile: Default::default(),
     };
+    let stored = store_voice(&app, encoder, clips, meta).await?;
+    Ok(Json(Voice::custom(stored)))
+}
+
+/// Stores the voice `meta` describes, computed from `clips` (read at the encoder's rate): the
+/// stored one when the same upload was made before, its tensors reused when only the name
+/// differs.
+pub(crate) async fn store_voice(
+    app: &AppState,
+    encoder: &ServedVoiceEncoder,
+    clips: Vec<Vec<f32>>,
+    meta: VoiceMeta,
+) -> Result<VoiceMeta, ApiError> {
     let store = app.voices.clone();
     if let Some(same) = store.find_same(&meta) {
-        return Ok(Json(Voice::custom(same)));
+        return Ok(same);
     }
     // Another name for a voice already computed: its tensors are reused.
-    let computed = match store.find_source(&served.id, &meta.source_sha256) {
+    let computed = match store.find_source(&meta.model, &meta.source_sha256) {
         Some(other) => {
             let store = store.clone();
             blocking(move || store.tensors(&other.id)).await?.ok()
@@ -300,15 +309,65 @@ pub async fn create_voice(
         Some(tensors) => tensors,
         None => encode(encoder, clips, meta.transcript.clone()).await?,
     };
-    let stored = blocking(move || store.create(meta, &tensors))
+    blocking(move || store.create(meta, &tensors))
         .await?
-        .map_err(store_error)?;
-    Ok(Json(Voice::custom(stored)))
+        .map_err(store_error)
+}
+
+/// `served`'s voice-encoding thread and the rate it takes clips at, or why it cannot clone
+/// now (a 400 naming `model` for a model that cannot clone, 503 while loading).
+pub(crate) fn voice_encoder<'a>(
+    app: &'a AppState,
+    served: &ServedModel,
+    card: &ModelCard,
+) -> Result<(&'a ServedVoiceEncoder, u32), ApiError> {
+    let encoder = app
+        .voice_encoder(&served.id)
+        .ok_or_else(|| ApiError::internal("the model has no voice-encoding thread"))?;
+    let state = encoder.state.borrow().clone();
+    match state {
+        VoiceEncoderState::Ready { sample_rate } => Ok((encoder, sample_rate)),
+        VoiceEncoderState::Loading => Err(ApiError::model_loading()),
+        VoiceEncoderState::NotCloning => Err(ApiError::invalid(
+            "model",
+            format!(
+                "the model '{}' ({}) cannot clone voices: /v1/models says which can (capabilities.cloning)",
+                served.id, card.family
+            ),
+        )),
+        VoiceEncoderState::Failed(message) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some("voice_encoder_failed"),
+            format!("The model's voice encoder failed to load: {message}"),
+        )),
+    }
+}
+
+/// Decodes reference clips and resamples them to `sample_rate` (on the blocking pool), within
+/// the voice upload limits; an unusable clip is an error naming `field`.
+pub(crate) async fn decode_clips(
+    app: &AppState,
+    clips: Vec<Vec<u8>>,
+    sample_rate: u32,
+    field: &'static str,
+) -> Result<Vec<Vec<f32>>, ApiError> {
+    let limits = DecodeLimits::new(
+        app.config.max_voice_upload_bytes,
+        Duration::from_secs(app.config.max_voice_clip_seconds as u64),
+    );
+    blocking(move || {
+        clips
+            .iter()
+            .map(|bytes| decode_to_rate(bytes, sample_rate, &limits).map(|a| a.samples))
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await?
+    .map_err(|e| audio_error(e, field))
 }
 
 /// Computes the voice on the model's voice-encoding thread.
-async fn encode(
-    encoder: &crate::server::state::ServedVoiceEncoder,
+pub(crate) async fn encode(
+    encoder: &ServedVoiceEncoder,
     clips: Vec<Vec<f32>>,
     transcript: Option<String>,
 ) -> Result<VoiceTensors, ApiError> {
@@ -422,20 +481,28 @@ mod tests {
 
     #[test]
     fn errors_map_to_statuses_and_fields() {
-        let e = audio_error(AudioInputError::Empty);
+        let e = audio_error(AudioInputError::Empty, AUDIO_FIELD);
         assert_eq!(
             param(e),
             (StatusCode::BAD_REQUEST, Some("audio_sample".into()))
         );
-        let e = audio_error(AudioInputError::TooLarge { size: 9, limit: 1 });
-        assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
-        let e = audio_error(AudioInputError::TooLong {
-            limit: Duration::from_secs(30),
-        });
+        let e = audio_error(AudioInputError::TooLarge { size: 9, limit: 1 }, "ref_audio");
+        assert_eq!(
+            (e.status, e.param.as_deref()),
+            (StatusCode::PAYLOAD_TOO_LARGE, Some("ref_audio"))
+        );
+        let e = audio_error(
+            AudioInputError::TooLong {
+                limit: Duration::from_secs(30),
+            },
+            AUDIO_FIELD,
+        );
         assert!(e.message.contains("30.0 s"), "{}", e.message);
-        assert!(audio_error(AudioInputError::Internal("x".into()))
-            .status
-            .is_server_error());
+        assert!(
+            audio_error(AudioInputError::Internal("x".into()), AUDIO_FIELD)
+                .status
+                .is_server_error()
+        );
         let e = encode_error(VoiceEncodeError::input("transcript", "too long"));
         assert_eq!(
             param(e),

@@ -1,5 +1,7 @@
 //! `POST /v1/audio/transcriptions`: OpenAI's speech-to-text endpoint over a speech-to-text
-//! model (docs/voxtral-realtime-spec.md, section A).
+//! model (docs/voxtral-realtime-spec.md, section A), and Mistral's shape of it (`mistral.rs`).
+
+mod mistral;
 
 use crate::audio::input::{decode_to_rate, AudioInputError, DecodeLimits};
 use crate::engine::stt::{segments, TimedText};
@@ -9,7 +11,7 @@ use crate::scheduler::transcription::{
 use crate::server::error::ApiError;
 use crate::server::state::AppState;
 use crate::text::subtitles::{srt, vtt, Cue};
-use axum::extract::{Multipart, State};
+use axum::extract::{FromRequest, Multipart, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
@@ -28,6 +30,8 @@ struct Form {
     response_format: Option<String>,
     temperature: Option<String>,
     stream: Option<String>,
+    /// Mistral's fields, when the form has any.
+    mistral: mistral::Fields,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -59,11 +63,49 @@ impl Format {
     }
 }
 
-async fn read_form(mut multipart: Multipart) -> Result<Form, ApiError> {
+impl Form {
+    fn set(&mut self, name: &str, value: String) {
+        if let Some(known) = mistral::FIELDS.iter().find(|f| **f == name) {
+            self.mistral.entry(*known).or_default().push(value);
+            return;
+        }
+        match name {
+            "model" => self.model = Some(value),
+            "response_format" => self.response_format = Some(value),
+            "temperature" => self.temperature = Some(value),
+            "stream" => self.stream = Some(value),
+            // `language` and `prompt` are accepted and unused: the model has no input for
+            // them. Other OpenAI fields (`timestamp_granularities[]`, `include[]`,
+            // `chunking_strategy`) are accepted and ignored too.
+            _ => {}
+        }
+    }
+}
+
+/// The form, multipart (OpenAI's, and Mistral's with a `file`) or URL-encoded (what
+/// Mistral's SDK sends when it has no file to attach).
+async fn read_form(request: Request, app: &AppState) -> Result<Form, ApiError> {
+    let urlencoded = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+    let mut form = Form::default();
+    if urlencoded {
+        let axum::Form(fields) = axum::Form::<Vec<(String, String)>>::from_request(request, app)
+            .await
+            .map_err(|e| ApiError::new(e.status(), Some("invalid_form"), e.body_text()))?;
+        for (name, value) in fields {
+            form.set(&name, value);
+        }
+        return Ok(form);
+    }
+    let mut multipart = Multipart::from_request(request, app)
+        .await
+        .map_err(|e| ApiError::new(e.status(), Some("invalid_multipart"), e.body_text()))?;
     let bad = |e: axum::extract::multipart::MultipartError| {
         ApiError::new(e.status(), Some("invalid_multipart"), e.body_text())
     };
-    let mut form = Form::default();
     while let Some(field) = multipart.next_field().await.map_err(bad)? {
         let name = field.name().unwrap_or("").to_string();
         if name == "file" {
@@ -71,16 +113,7 @@ async fn read_form(mut multipart: Multipart) -> Result<Form, ApiError> {
             continue;
         }
         let value = field.text().await.map_err(bad)?;
-        match name.as_str() {
-            "model" => form.model = Some(value),
-            "response_format" => form.response_format = Some(value),
-            "temperature" => form.temperature = Some(value),
-            "stream" => form.stream = Some(value),
-            // `language` and `prompt` are accepted and unused: the model has no input for
-            // them. Other OpenAI fields (`timestamp_granularities[]`, `include[]`,
-            // `chunking_strategy`) are accepted and ignored too.
-            _ => {}
-        }
+        form.set(&name, value);
     }
     Ok(form)
 }
@@ -124,7 +157,7 @@ fn audio_error(e: AudioInputError) -> ApiError {
     }
 }
 
-/// Transcribes an audio file.
+/// Transcribes an audio file, in OpenAI's shape or Mistral's.
 ///
 /// A multipart form as OpenAI's: `file` (WAV, MP3, FLAC, Ogg or WebM, any sample rate,
 /// resampled to the model's 16 kHz), `model` (a speech-to-text model's id), and optionally
@@ -134,8 +167,18 @@ fn audio_error(e: AudioInputError) -> ApiError {
 /// and `prompt` are accepted and ignored: Voxtral Realtime has no language or prompt input.
 /// Times in `verbose_json`, `srt` and `vtt` come from the tokens: each token stands for 80 ms
 /// of audio (an approximation).
+///
+/// A form with one of Mistral's fields (`diarize`, `timestamp_granularities`, `context_bias`,
+/// `speaker_references`, `file_url`, `file_id`; Mistral's SDK always sends `diarize`) is
+/// answered in Mistral's shape: `{"model", "text", "language": null, "segments", "usage"}`,
+/// where `timestamp_granularities` `segment` makes `segments` the sentences with their times,
+/// and `word` the words (and adds `words`, OpenAI's shape of them); with `stream=true`, events
+/// `transcription.text.delta` (`text`), `transcription.segment` per segment asked for, then
+/// `transcription.done` (the response). `diarize=true`, `speaker_references`,
+/// `context_bias`, `file_url` and `file_id` get a 400 naming them: the model has no input
+/// for them, and the audio comes as `file`.
 #[utoipa::path(post, path = "/v1/audio/transcriptions", tag = "audio", security(("api_key" = [])),
-    request_body(content_type = "multipart/form-data", description = "file, model, response_format, temperature, stream, language, prompt"),
+    request_body(content_type = "multipart/form-data", description = "file, model, response_format, temperature, stream, language, prompt; Mistral's diarize, timestamp_granularities"),
     responses(
         (status = 200, description = "The transcript: JSON, plain text, SubRip, WebVTT, or text/event-stream when stream=true"),
         (status = 400, description = "A missing, empty or undecodable file, a bad field, or a model that does not transcribe", body = crate::server::error::ErrorResponse),
@@ -145,16 +188,17 @@ fn audio_error(e: AudioInputError) -> ApiError {
         (status = 503, description = "The model is loading", body = crate::server::error::ErrorResponse)))]
 pub async fn create_transcription(
     State(app): State<AppState>,
-    multipart: Multipart,
+    request: Request,
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
-    let form = read_form(multipart).await?;
+    let form = read_form(request, &app).await?;
     let model_name = form
         .model
         .as_deref()
         .filter(|m| !m.is_empty())
         .ok_or_else(|| ApiError::invalid("model", "model is required"))?;
     let served = app.transcriber_named(model_name)?;
+    let mistral = mistral::Options::read(&form.mistral, form.response_format.as_deref())?;
     let format = Format::parse(form.response_format.as_deref())?;
     let stream = parse_flag(form.stream.as_deref())?;
     check_temperature(form.temperature.as_deref())?;
@@ -199,12 +243,22 @@ pub async fn create_transcription(
             ),
         })?;
     if stream {
-        return Ok(sse(received).into_response());
+        return Ok(match mistral {
+            Some(options) => mistral::sse(received, options, served.id.clone()).into_response(),
+            None => sse(received).into_response(),
+        });
     }
     loop {
         match received.recv().await {
             Some(TranscriptionEvent::Delta(_)) => {}
-            Some(TranscriptionEvent::Done(transcript)) => return Ok(respond(format, &transcript)),
+            Some(TranscriptionEvent::Done(transcript)) => {
+                return Ok(match &mistral {
+                    Some(options) => {
+                        Json(options.response(&served.id, &transcript)).into_response()
+                    }
+                    None => respond(format, &transcript),
+                })
+            }
             Some(TranscriptionEvent::Failed(message)) => {
                 return Err(ApiError::invalid("file", message))
             }
