@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 # Assigned first, so a failed set-up stops here (set -e does not see into "$(...)" in eval).
 setup_env=$(scripts/setup.sh --env)
 eval "$setup_env"
-cargo test --test it playground::every_tab_with_four_models -- --exact
+cargo test --features testkit --test it playground::every_tab_with_four_models -- --exact
 for tab in speak clone transcribe; do
   cp "target/playground/$tab.png" "docs/playground-$tab.png"
 done

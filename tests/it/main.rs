@@ -1,6 +1,7 @@
 //! Every integration test, in one binary: one build and one link against libtorch instead of
-//! one per file. Each file is a module named as it is: `cargo test --test it server::` runs the
-//! server's tests, `cargo test --test it -- --skip parity` all but the parity ones.
+//! one per file. It needs the random checkpoints (the feature `testkit`). Each file is a module
+//! named as it is: `cargo test --features testkit --test it server::` runs the server's tests,
+//! `cargo test --features testkit --test it -- --skip parity` all but the parity ones.
 
 mod common;
 mod parity_common;

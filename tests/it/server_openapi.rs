@@ -1,6 +1,6 @@
 //! openapi/openapi.json is the committed description of the HTTP API; this fails when the
 //! code's document drifts from it. After an intended API change, regenerate the file:
-//! `UPDATE_OPENAPI=1 cargo test --test it server_openapi`.
+//! `UPDATE_OPENAPI=1 cargo test --features testkit --test it server_openapi`.
 
 use std::path::Path;
 
@@ -16,7 +16,7 @@ fn committed_openapi_document_matches_the_code() {
     assert!(
         committed == current,
         "{} is out of date with the code: review the API change, then run \
-         `UPDATE_OPENAPI=1 cargo test --test it server_openapi`",
+         `UPDATE_OPENAPI=1 cargo test --features testkit --test it server_openapi`",
         path.display()
     );
 }

@@ -28,7 +28,7 @@ fn the_goldens_vocab_is_the_generators() {
     let stored = std::fs::read_to_string(goldens().join("vocab.json")).unwrap();
     assert!(
         stored == xtts_vocab_json(),
-        "regenerate: cargo test --test it write_vocab -- --ignored, then the goldens"
+        "regenerate: cargo test --features testkit --test it write_vocab -- --ignored, then the goldens"
     );
 }
 

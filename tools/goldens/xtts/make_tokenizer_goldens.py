@@ -1,7 +1,7 @@
 """XTTS-v2 tokenizer goldens from coqui-tts 0.28.0's own VoiceBpeTokenizer.
 
 Runs the reference tokenizer on tests/goldens/xtts/vocab.json (written by the Rust generator:
-`cargo test --test it write_vocab -- --ignored`) over tricky strings per
+`cargo test --features testkit --test it write_vocab -- --ignored`) over tricky strings per
 language and writes tests/goldens/xtts/tokenizer_cases.json: for each case the cleaned text
 (`preprocess_text`) and the ids (`encode`), or the exception the reference raises. Two paths:
 "encode" is `VoiceBpeTokenizer.encode(text, lang)`, "sentence" is what `Xtts.inference` does
