@@ -108,8 +108,16 @@ fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["type"] == kind).collect()
 }
 
-/// Mistral's `pcm` (32-bit float) as 16-bit samples, rounded as the server's s16 is.
+/// vLLM-Omni's `pcm`: 16-bit samples.
 fn samples(bytes: &[u8]) -> Vec<i16> {
+    bytes
+        .chunks_exact(2)
+        .map(|b| i16::from_le_bytes([b[0], b[1]]))
+        .collect()
+}
+
+/// Mistral's `pcm` (32-bit float) as 16-bit samples, rounded as the server's s16 is.
+fn mistral_samples(bytes: &[u8]) -> Vec<i16> {
     bytes
         .chunks_exact(4)
         .map(|b| (f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * 32767.0).round() as i16)
@@ -160,7 +168,7 @@ fn a_mistral_session_speaks_each_sentence_into_one_stream() {
             assert_eq!(start, end - FADE, "pieces overlap by the crossfade");
             assert_eq!(next_end - start, end0, "3 frames each");
         }
-        let stream = samples(&pcm);
+        let stream = mistral_samples(&pcm);
         assert_eq!(
             stream.len() as u64,
             span(pieces[2]).1,
@@ -396,11 +404,11 @@ fn bad_messages_get_error_events_and_oversized_ones_close_the_socket() {
         errors.push(event(&mut ws).await);
         send(
             &mut ws,
-            json!({"type": "session.update", "session": {"speed": 2}}),
+            json!({"type": "session.update", "session": {"voice_profile": "x"}}),
         )
         .await;
         let unknown = event(&mut ws).await;
-        assert_eq!(unknown["error"]["param"], "speed", "{unknown}");
+        assert_eq!(unknown["error"]["param"], "voice_profile", "{unknown}");
         errors.push(unknown);
         for error in &errors {
             assert_eq!(error["type"], "error", "{error}");
@@ -526,7 +534,7 @@ fn speed_stretches_each_piece_as_the_speech_endpoint_does() {
             spans,
             [(0, stretched), (stretched - FADE, 2 * stretched - FADE)]
         );
-        let stream = samples(&pcm);
+        let stream = mistral_samples(&pcm);
         assert_eq!(stream.len() as u64, 2 * stretched - FADE);
         let body = json!({"model": "tts-1", "input": "Hello there.", "voice": "alloy",
             "response_format": "pcm", "seed": 7, "max_frames": 4, "speed": 2.0});
@@ -697,7 +705,7 @@ async fn speak_three_frames(base: &str) {
     send(&mut ws, json!({"type": "input_text.end"})).await;
     let mut pcm = Vec::new();
     until(&mut ws, "speech.audio.done", &mut pcm).await;
-    assert_eq!(pcm.len(), 3 * FRAME * 2, "all its audio");
+    assert_eq!(pcm.len(), 3 * FRAME * 4, "all its audio, f32le");
 }
 
 /// A client that never reads while its audio keeps coming (six sentences of 400 frames each on
