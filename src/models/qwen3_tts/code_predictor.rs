@@ -100,13 +100,8 @@ impl<T: Tensor> CodePredictor<T> {
         })
     }
 
-    /// Codebook `k`'s (1..=15) embedding of `code`, `[1, talker hidden]`.
-    pub fn embed(&self, k: usize, code: u32) -> T {
-        self.embed_all(k, &[code])
-    }
-
     /// Codebook `k`'s (1..=15) embeddings of `codes`, `[codes, talker hidden]`.
-    fn embed_all(&self, k: usize, codes: &[u32]) -> T {
+    pub fn embed(&self, k: usize, codes: &[u32]) -> T {
         let ids: Vec<i64> = codes.iter().map(|&c| i64::from(c)).collect();
         let ids = T::from_i64(&self.device, &ids, &[ids.len()]);
         self.codec_embedding[k - 1].embedding(&ids)
@@ -174,7 +169,7 @@ impl<T: Tensor> CodePredictor<T> {
                 }
                 if j + 1 < self.lm_head.len() {
                     let next: Vec<u32> = codes.iter().map(|c| c[j]).collect();
-                    let x = self.embed_all(j + 1, &next).reshape(&[rows, 1, width]);
+                    let x = self.embed(j + 1, &next).reshape(&[rows, 1, width]);
                     h = self
                         .decoder
                         .forward(&self.project(&x), pool, &mut slot_refs);

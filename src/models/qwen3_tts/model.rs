@@ -214,8 +214,7 @@ impl<T: Tensor> Qwen3Tts<T> {
                 let rows = if k == 0 {
                     self.talker.codec(&column)
                 } else {
-                    let ids: Vec<T> = column.iter().map(|&c| self.predictor.embed(k, c)).collect();
-                    T::cat(&ids.iter().collect::<Vec<_>>(), 0)
+                    self.predictor.embed(k, &column)
                 };
                 rows.reshape(&[frames, 1, hidden])
             })
