@@ -99,9 +99,9 @@ def per_frame_chart(runs, title):
         total = run["ms_per_frame"]["total"]
         out.append(f'<text x="{x(total) + 4:.1f}" y="{y + bar * 0.7:.1f}" {FONT}>{total:.1f}</text>\n')
     out.append(
-        f'<line x1="{x(REAL_TIME_MS):.1f}" y1="{top - 10}" x2="{x(REAL_TIME_MS):.1f}" y2="{height - 50}" '
+        f'<line x1="{x(REAL_TIME_MS):.1f}" y1="{top - 5}" x2="{x(REAL_TIME_MS):.1f}" y2="{height - 50}" '
         f'stroke="#c00" stroke-dasharray="4 3"/>'
-        f'<text x="{x(REAL_TIME_MS) + 4:.1f}" y="{top - 12}" {FONT} fill="#c00">real time</text>\n'
+        f'<text x="{x(REAL_TIME_MS) + 4:.1f}" y="{height - 53}" {FONT} fill="#c00">real time</text>\n'
     )
     legend_x = left
     for name in names:
