@@ -274,6 +274,37 @@ pub fn raw_to_f32(raw: &RawTensor<'_>) -> Vec<f32> {
     }
 }
 
+/// A checkpoint at `path` of f32 tensors `shapes` (key, shape), each value uniform in
+/// [-0.5, 0.5) from a ChaCha8 stream seeded with `seed`, drawn in order: for unit tests.
+#[cfg(test)]
+pub(crate) fn random_f32_checkpoint(
+    path: &Path,
+    shapes: &[(String, Vec<usize>)],
+    seed: u64,
+) -> Checkpoint {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let data: Vec<Vec<u8>> = shapes
+        .iter()
+        .map(|(_, shape)| {
+            (0..shape.iter().product::<usize>())
+                .flat_map(|_| (rng.random::<f32>() - 0.5).to_le_bytes())
+                .collect()
+        })
+        .collect();
+    let views: Vec<_> = shapes
+        .iter()
+        .zip(&data)
+        .map(|((key, shape), bytes)| {
+            let view =
+                safetensors::tensor::TensorView::new(StDtype::F32, shape.clone(), bytes).unwrap();
+            (key.clone(), view)
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, path).unwrap();
+    Checkpoint::open(path).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -386,7 +386,7 @@ fn pair_halves<T: Tensor>(x: &T) -> T {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nn::checkpoint::Checkpoint;
+    use crate::nn::checkpoint::{random_f32_checkpoint, Checkpoint};
     use crate::tensor::tch_backend::TchTensor;
     use rand::{Rng, SeedableRng};
 
@@ -434,31 +434,7 @@ mod tests {
                 ),
             ]);
         }
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-        let data: Vec<Vec<u8>> = shapes
-            .iter()
-            .map(|(_, shape)| {
-                (0..shape.iter().product::<usize>())
-                    .flat_map(|_| (rng.random::<f32>() - 0.5).to_le_bytes())
-                    .collect()
-            })
-            .collect();
-        let views: Vec<_> = shapes
-            .iter()
-            .zip(&data)
-            .map(|((key, shape), bytes)| {
-                let view = safetensors::tensor::TensorView::new(
-                    safetensors::Dtype::F32,
-                    shape.clone(),
-                    bytes,
-                )
-                .unwrap();
-                (key.clone(), view)
-            })
-            .collect();
-        let path = dir.join("decoder.safetensors");
-        safetensors::serialize_to_file(views, None, &path).unwrap();
-        Checkpoint::open(&path).unwrap()
+        random_f32_checkpoint(&dir.join("decoder.safetensors"), &shapes, 7)
     }
 
     /// `[1, tokens, dim]` f32 input, uniform in [-0.5, 0.5) from `seed`.

@@ -188,7 +188,7 @@ impl<T: Tensor> CodePredictor<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nn::checkpoint::Checkpoint;
+    use crate::nn::checkpoint::{random_f32_checkpoint, Checkpoint};
     use crate::tensor::tch_backend::TchTensor;
     use rand::{Rng, SeedableRng};
 
@@ -257,31 +257,7 @@ mod tests {
                 (format!("{p}.mlp.down_proj.weight"), vec![h, ff]),
             ]);
         }
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
-        let data: Vec<Vec<u8>> = shapes
-            .iter()
-            .map(|(_, shape)| {
-                (0..shape.iter().product::<usize>())
-                    .flat_map(|_| (rng.random::<f32>() - 0.5).to_le_bytes())
-                    .collect()
-            })
-            .collect();
-        let views: Vec<_> = shapes
-            .iter()
-            .zip(&data)
-            .map(|((key, shape), bytes)| {
-                let view = safetensors::tensor::TensorView::new(
-                    safetensors::Dtype::F32,
-                    shape.clone(),
-                    bytes,
-                )
-                .unwrap();
-                (key.clone(), view)
-            })
-            .collect();
-        let path = dir.join("code_predictor.safetensors");
-        safetensors::serialize_to_file(views, None, &path).unwrap();
-        Checkpoint::open(&path).unwrap()
+        random_f32_checkpoint(&dir.join("code_predictor.safetensors"), &shapes, 11)
     }
 
     /// Per session: its codes, and the bits of every head's logits for it.
