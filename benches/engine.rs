@@ -135,5 +135,82 @@ fn layer_products(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, tokenizer, text_front_end, frames, layer_products);
+/// The products of one full-size backbone layer with its weights in `q8` and `q4`, with the
+/// active kernel (and the portable one at one row): one row is a decode step, 6 the flow head's (three tokens,
+/// both guidance branches), 16 a batch of streams. Throughput is in multiply-adds per second
+/// (one per weight per row), which is what bounds these products once the weights are 4 or 8
+/// bits.
+fn quantized_layer_products(c: &mut Criterion) {
+    use criterion::Throughput;
+    use voxtral_tts::tensor::cpu_gemv::Variant;
+    use voxtral_tts::tensor::quantized::{linear_with, quantize, QuantFormat};
+    let (dim, hidden, q, kv) = (3072, 9216, 4096, 1024);
+    let shapes = [
+        (q, dim),
+        (kv, dim),
+        (kv, dim),
+        (dim, q),
+        (hidden, dim),
+        (hidden, dim),
+        (dim, hidden),
+    ];
+    let random = |n: usize, seed: u64| -> Vec<f32> {
+        let mut state = seed;
+        (0..n)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    };
+    let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
+    let weights_per_row: u64 = shapes.iter().map(|&(o, i)| (o * i) as u64).sum();
+    let variants = [Variant::active(), Variant::Portable];
+    for format in QuantFormat::ALL {
+        let weights: Vec<Vec<u8>> = shapes
+            .iter()
+            .enumerate()
+            .map(|(s, &(o, i))| quantize(format, &random(o * i, s as u64), i))
+            .collect();
+        let mut group = c.benchmark_group(format!("full-size layer {format} products"));
+        group.sample_size(10);
+        for rows in [1, 6, 16] {
+            group.throughput(Throughput::Elements(weights_per_row * rows as u64));
+            let inputs: Vec<Vec<f32>> = shapes.iter().map(|&(_, i)| random(rows * i, 7)).collect();
+            let mut outputs: Vec<Vec<f32>> =
+                shapes.iter().map(|&(o, _)| vec![0.0; rows * o]).collect();
+            // The portable kernel at one row only: it is the reference, not a contender.
+            let variants = if rows == 1 {
+                &variants[..]
+            } else {
+                &variants[..1]
+            };
+            for &variant in variants {
+                group.bench_function(format!("{rows} rows/{variant} kernel"), |b| {
+                    b.iter(|| {
+                        for ((x, w), (y, &(_, k))) in inputs
+                            .iter()
+                            .zip(&weights)
+                            .zip(outputs.iter_mut().zip(&shapes))
+                        {
+                            linear_with(variant, format, x, w, k, y, threads);
+                        }
+                    })
+                });
+            }
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(
+    benches,
+    tokenizer,
+    text_front_end,
+    frames,
+    layer_products,
+    quantized_layer_products
+);
 criterion_main!(benches);

@@ -196,12 +196,8 @@ pub const MAX_ROWS: usize = 64;
 /// Weights smaller than this run on the calling thread.
 const PARALLEL_MIN_BYTES: usize = 256 << 10;
 
-/// Outputs per tile: their sums are independent chains, so four keep the multiply-adds busy
-/// with one input row (a decode step of one stream).
+/// Outputs per thread's share are a multiple of this: the x86 kernel's tile of one row.
 const OUTPUT_BLOCK: usize = 8;
-
-/// Input rows per tile: each shares the tile's widened weights.
-const ROW_BLOCK: usize = 2;
 
 /// One variant's kernel: outputs `outputs` of every input row.
 type Kernel = unsafe fn(&Job, Range<usize>);

@@ -142,18 +142,22 @@ fn products_match_the_dequantized_weights_in_f64() {
 
 #[test]
 fn every_variant_gives_the_portable_bits() {
+    // 13 outputs: whole tiles of eight and four, and single ones; 1 to 9 rows: every tile
+    // height the kernels have.
     let (out, k) = (13, 7 * GROUP);
     for format in QuantFormat::ALL {
         let blocks = quantize(format, &values(out * k, 4), k);
-        let x = values(9 * k, 5);
-        let want = product(Variant::Portable, format, &x, &blocks, k);
-        for variant in Variant::ALL.into_iter().filter(|v| v.supported()) {
-            let got = product(variant, format, &x, &blocks, k);
-            assert_eq!(
-                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                "{format} {variant}"
-            );
+        for rows in 1..=9 {
+            let x = values(rows * k, 5);
+            let want = product(Variant::Portable, format, &x, &blocks, k);
+            for variant in Variant::ALL.into_iter().filter(|v| v.supported()) {
+                let got = product(variant, format, &x, &blocks, k);
+                assert_eq!(
+                    got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{format} {variant} {rows} rows"
+                );
+            }
         }
     }
 }

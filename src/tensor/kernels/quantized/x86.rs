@@ -2,33 +2,41 @@
 //! `vpmaddubsw` (the weights' magnitudes times the inputs with the weights' signs, no pair
 //! near the 16-bit limit) and `vpmaddwd`, summed in fours into eight 32-bit lanes, exactly;
 //! then converted and multiplied into f32 lanes with the two blocks' scales, as the portable
-//! kernel does. Four outputs by two input rows per tile: eight independent sums.
+//! kernel does.
+//!
+//! A tile is `R` outputs by `M` input rows: each weight block is unpacked once for the tile's
+//! rows. A decode step (one row) takes eight outputs at a time, so that eight independent
+//! sums keep the multiply-adds busy; three rows or more take one output with up to
+//! [`MAX_TILE_ROWS`] rows, which shares the unpacking most.
 
-use super::{block_scale, Job, GROUP, OUTPUT_BLOCK, ROW_BLOCK};
+use super::{Job, GROUP};
 use crate::tensor::cpu_gemv::x86::sum256;
 use crate::tensor::quantized::QuantFormat;
 use std::arch::x86_64::*;
 use std::ops::Range;
+
+/// Input rows of a one-output tile: eight sums, and registers left for the block's weights.
+const MAX_TILE_ROWS: usize = 8;
 
 /// A block's 32 weights as signed bytes, from its stored values.
 #[inline(always)]
 unsafe fn weights<const Q4: bool>(values: *const u8) -> __m256i {
     if Q4 {
         let packed = _mm_loadu_si128(values.cast());
-        let mask = _mm_set1_epi8(0x0F);
-        let low = _mm_and_si128(packed, mask);
-        let high = _mm_and_si128(_mm_srli_epi16(packed, 4), mask);
-        _mm256_sub_epi8(_mm256_set_m128i(high, low), _mm256_set1_epi8(8))
+        let nibbles = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+        let unsigned = _mm256_and_si256(nibbles, _mm256_set1_epi8(0x0F));
+        _mm256_sub_epi8(unsigned, _mm256_set1_epi8(8))
     } else {
         _mm256_loadu_si256(values.cast())
     }
 }
 
-/// The 32 products of a block, lane `j` the sum of products `4j..4j + 4`, as f32 (exact).
+/// A weight block's scale (bf16, its first two bytes) in every f32 lane: the 16 bits in both
+/// halves of each lane, shifted into the upper one.
 #[inline(always)]
-unsafe fn products(magnitudes: __m256i, w: __m256i, x: __m256i) -> __m256 {
-    let pairs = _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(x, w));
-    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+unsafe fn weight_scale(block: *const u8) -> __m256 {
+    let bits = _mm256_set1_epi16(block.cast::<i16>().read_unaligned());
+    _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16))
 }
 
 /// Outputs `first_o..first_o + R` of input rows `first_m..first_m + M`.
@@ -40,26 +48,27 @@ unsafe fn tile<const Q4: bool, const R: usize, const M: usize>(
 ) {
     // No closures here: they would not inherit the caller's target features, and each
     // intrinsic in one would become a call.
-    let bytes = job.format.block_bytes();
+    let (k, blocks, bytes) = (job.k, job.blocks(), job.format.block_bytes());
     let mut rows = [std::ptr::null::<u8>(); R];
     for (r, row) in rows.iter_mut().enumerate() {
         *row = job.weight_row(first_o + r);
     }
+    let x = job.x.add(first_m * k);
+    let x_scales = job.x_scales.add(first_m * blocks);
+    let ones = _mm256_set1_epi16(1);
     let mut acc = [[_mm256_setzero_ps(); M]; R];
-    for b in 0..job.blocks() {
-        let mut inputs = [(_mm256_setzero_si256(), 0f32); M];
-        for (m, input) in inputs.iter_mut().enumerate() {
-            let (x, scale) = job.input_block(first_m + m, b);
-            *input = (_mm256_loadu_si256(x.cast()), scale);
-        }
+    for b in 0..blocks {
         for (row, sums) in rows.iter().zip(acc.iter_mut()) {
             let block = row.add(b * bytes);
             let w = weights::<Q4>(block.add(2));
             let magnitudes = _mm256_sign_epi8(w, w);
-            let d = block_scale(block);
-            for ((x, x_scale), sum) in inputs.iter().zip(sums.iter_mut()) {
-                let scale = _mm256_set1_ps(d * x_scale);
-                *sum = _mm256_fmadd_ps(products(magnitudes, w, *x), scale, *sum);
+            let d = weight_scale(block);
+            for (m, sum) in sums.iter_mut().enumerate() {
+                let input = _mm256_loadu_si256(x.add(m * k + b * GROUP).cast());
+                let pairs = _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(input, w));
+                let products = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+                let scale = _mm256_mul_ps(d, _mm256_broadcast_ss(&*x_scales.add(m * blocks + b)));
+                *sum = _mm256_fmadd_ps(products, scale, *sum);
             }
         }
     }
@@ -70,24 +79,64 @@ unsafe fn tile<const Q4: bool, const R: usize, const M: usize>(
     }
 }
 
+/// `outputs` of input rows `first_m..first_m + M`, `R` outputs at a time.
+#[inline(always)]
+unsafe fn outputs_by<const Q4: bool, const R: usize, const M: usize>(
+    job: &Job,
+    outputs: Range<usize>,
+    first_m: usize,
+) {
+    let mut o = outputs.start;
+    while o + R <= outputs.end {
+        tile::<Q4, R, M>(job, o, first_m);
+        o += R;
+    }
+    for o in o..outputs.end {
+        tile::<Q4, 1, M>(job, o, first_m);
+    }
+}
+
 #[inline(always)]
 unsafe fn run<const Q4: bool>(job: &Job, outputs: Range<usize>) {
     debug_assert_eq!(GROUP, 32, "a block is one 256-bit vector of bytes");
-    let mut o = outputs.start;
-    while o < outputs.end {
-        let full = outputs.end - o >= OUTPUT_BLOCK;
+    if job.rows == 1 {
+        return outputs_by::<Q4, 8, 1>(job, outputs, 0);
+    }
+    if !Q4 {
+        // Eight-bit weights need no unpacking, so the tile shares each input block between
+        // eight outputs instead: rows in pairs.
+        let mut o = outputs.start;
+        while o < outputs.end {
+            let tile_outputs = o..(o + 8).min(outputs.end);
+            let mut m = 0;
+            while m < job.rows {
+                match job.rows - m {
+                    1 => outputs_by::<Q4, 8, 1>(job, tile_outputs.clone(), m),
+                    _ => outputs_by::<Q4, 8, 2>(job, tile_outputs.clone(), m),
+                }
+                m += 2;
+            }
+            o = tile_outputs.end;
+        }
+        return;
+    }
+    // One output at a time, each block unpacked once for up to eight rows.
+    for o in outputs {
         let mut m = 0;
         while m < job.rows {
-            let rows = (job.rows - m).min(ROW_BLOCK);
-            match (full, rows) {
-                (true, 1) => tile::<Q4, OUTPUT_BLOCK, 1>(job, o, m),
-                (true, _) => tile::<Q4, OUTPUT_BLOCK, ROW_BLOCK>(job, o, m),
-                (false, 1) => tile::<Q4, 1, 1>(job, o, m),
-                (false, _) => tile::<Q4, 1, ROW_BLOCK>(job, o, m),
+            let rows = (job.rows - m).min(MAX_TILE_ROWS);
+            match rows {
+                1 => tile::<Q4, 1, 1>(job, o, m),
+                2 => tile::<Q4, 1, 2>(job, o, m),
+                3 => tile::<Q4, 1, 3>(job, o, m),
+                4 => tile::<Q4, 1, 4>(job, o, m),
+                5 => tile::<Q4, 1, 5>(job, o, m),
+                6 => tile::<Q4, 1, 6>(job, o, m),
+                7 => tile::<Q4, 1, 7>(job, o, m),
+                _ => tile::<Q4, 1, MAX_TILE_ROWS>(job, o, m),
             }
             m += rows;
         }
-        o += if full { OUTPUT_BLOCK } else { 1 };
     }
 }
 
