@@ -143,6 +143,29 @@ pub struct Spec {
     pub init: Init,
 }
 
+impl Spec {
+    /// A linear weight at `key`, `[out, in]`: unit-variance outputs.
+    pub fn matrix((key, [out, input]): (String, [usize; 2])) -> Self {
+        Spec {
+            key,
+            shape: vec![out, input],
+            init: Init::Linear(input),
+        }
+    }
+
+    /// A norm's weight `[n]`, around one.
+    pub fn norm(key: String, n: usize) -> Self {
+        Spec {
+            key,
+            shape: vec![n],
+            init: NORM,
+        }
+    }
+}
+
+/// How a norm's weights are drawn.
+pub const NORM: Init = Init::Around(1.0, 0.1);
+
 fn fnv1a(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
