@@ -411,6 +411,7 @@ mod tests {
     use super::*;
     use crate::nn::checkpoint::{random_f32_checkpoint, Checkpoint};
     use crate::tensor::tch_backend::TchTensor;
+    use crate::tensor::{Elementwise, Layout, NetworkOps, TensorData};
     use rand::{Rng, SeedableRng};
 
     const DIMS: DecoderDims = DecoderDims {

@@ -192,6 +192,7 @@ mod tests {
     use crate::nn::decoder::FINAL_NORM;
     use crate::nn::layers::{weight, AttentionDims};
     use crate::tensor::tch_backend::TchTensor;
+    use crate::tensor::{Layout, TensorData};
     use rand::{Rng, SeedableRng};
 
     /// The talker's width; the predictor's is half, so the input projection runs. Every
