@@ -3,7 +3,9 @@
 //! Realtime's text decoder has the same shape, plus a sliding attention window
 //! ([`Decoder::with_window`]) and a fixed per-layer scale of the feed-forward norm's output (its
 //! delay conditioning, [`Decoder::with_ffn_norm_scales`]); Qwen3's ([`DecoderStyle::Qwen3`])
-//! adds per-head query and key norms (Qwen3-TTS's talker and code predictor).
+//! adds per-head query and key norms (Qwen3-TTS's talker and code predictor). A layer's keys
+//! ([`LayerKeys`], per [`DecoderStyle`]) are defined here once, for the loaders and the
+//! test-checkpoint writers of every pre-norm layer in those names.
 
 use super::kv_pool::{KvPool, KvSlot};
 use super::layer_probe;

@@ -1,4 +1,7 @@
-//! Building blocks shared by the backbone, the flow head and the codec.
+//! Building blocks shared by the backbone, the flow head and the codec, and the keys an
+//! attention and a feed-forward block are stored under ([`AttentionKeys`],
+//! [`FeedForwardKeys`], in Mistral's and Hugging Face's names): the one definition the
+//! loaders read and the test-checkpoint writers write.
 
 use super::checkpoint::Checkpoint;
 use super::quantized_keys;
