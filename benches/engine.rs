@@ -73,7 +73,7 @@ fn layer_products(c: &mut Criterion) {
     use criterion::Throughput;
     use half::bf16;
     use voxtral_tts::tensor::cpu_gemv::{linear_with, Variant};
-    use voxtral_tts::tensor::Tensor;
+    use voxtral_tts::tensor::NetworkOps;
     let _guard = tch::no_grad_guard();
     let (dim, hidden, q, kv) = (3072, 9216, 4096, 1024);
     let shapes = [

@@ -13,7 +13,7 @@ use crate::engine::{
 use crate::models::registry::{load_tts, WeightBytes};
 use crate::tensor::cpu_gemv::Variant;
 use crate::tensor::tch_backend::TchTensor;
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, TensorData};
 use anyhow::{Context, Result};
 use serde_json::json;
 use std::path::{Path, PathBuf};

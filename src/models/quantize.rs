@@ -13,7 +13,7 @@ use crate::nn::quantized_keys::{self, Quantized};
 use crate::nn::safetensors_writer::{write_safetensors, TensorSpec};
 use crate::tensor::quantized::{quantize, QuantFormat, GROUP};
 use crate::tensor::tch_backend::TchTensor;
-use crate::tensor::{DType, RawTensor, Tensor};
+use crate::tensor::{DType, RawTensor, Tensor, TensorData};
 use anyhow::{bail, ensure, Context, Result};
 use safetensors::{Dtype, SafeTensors};
 use std::collections::{HashMap, HashSet};

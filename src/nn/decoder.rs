@@ -3,11 +3,16 @@
 //! Realtime's text decoder has the same shape, plus a sliding attention window
 //! ([`Decoder::with_window`]) and a fixed per-layer scale of the feed-forward norm's output (its
 //! delay conditioning, [`Decoder::with_ffn_norm_scales`]); Qwen3's ([`DecoderStyle::Qwen3`])
-//! adds per-head query and key norms (Qwen3-TTS's talker and code predictor).
+//! adds per-head query and key norms (Qwen3-TTS's talker and code predictor). A layer's keys
+//! ([`LayerKeys`], per [`DecoderStyle`]) are defined here once, for the loaders and the
+//! test-checkpoint writers of every pre-norm layer in those names.
 
 use super::kv_pool::{KvPool, KvSlot};
 use super::layer_probe;
-use super::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
+use super::layers::{
+    join, weight, AttentionDims, AttentionKeys, AttentionProj, FeedForward, FeedForwardKeys,
+    Loader, RmsNorm,
+};
 use super::mask::sliding_window_mask;
 use super::LoadError;
 use crate::tensor::{DType, PoolRows, Tensor};
@@ -28,6 +33,16 @@ pub struct DecoderDims {
 }
 
 impl DecoderDims {
+    /// Each layer's attention widths.
+    pub fn attention(&self) -> AttentionDims {
+        AttentionDims {
+            dim: self.dim,
+            n_heads: self.n_heads,
+            n_kv_heads: self.n_kv_heads,
+            head_dim: self.head_dim,
+        }
+    }
+
     /// Bytes one position takes in a KV pool, keys and values of every layer.
     pub fn kv_bytes_per_position(&self, dtype: DType) -> usize {
         2 * self.n_layers * self.n_kv_heads * self.head_dim * dtype.size()
@@ -37,13 +52,69 @@ impl DecoderDims {
 /// How a checkpoint names a decoder's tensors, and what Qwen3 adds to the layers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DecoderStyle {
-    /// Mistral's consolidated names (`attention.wq`, `feed_forward.w1`, ...); RoPE rotates
-    /// interleaved pairs `(2i, 2i + 1)`.
+    /// Mistral's consolidated names ([`LayerKeys::mistral`]); RoPE rotates interleaved pairs
+    /// `(2i, 2i + 1)`.
     Mistral,
-    /// Hugging Face Qwen3 names (`self_attn.q_proj`, `mlp.gate_proj`, ...), an RMSNorm of each
-    /// query and key head before RoPE, and RoPE on the pairs `(i, i + head_dim / 2)`
-    /// (`rotate_half`).
+    /// Hugging Face Qwen3 names ([`LayerKeys::hugging_face`]), an RMSNorm of each query and
+    /// key head before RoPE, and RoPE on the pairs `(i, i + head_dim / 2)` (`rotate_half`).
     Qwen3,
+}
+
+impl DecoderStyle {
+    /// Layer `i`'s keys in this style, under the decoder's `prefix` (`layers.{i}`).
+    pub fn layer_keys(self, prefix: &str, i: usize) -> LayerKeys {
+        let p = format!("{prefix}layers.{i}");
+        match self {
+            DecoderStyle::Mistral => LayerKeys::mistral(&p),
+            DecoderStyle::Qwen3 => LayerKeys {
+                head_norms: true,
+                ..LayerKeys::hugging_face(&p)
+            },
+        }
+    }
+}
+
+/// The decoder's final norm, under its prefix.
+pub const FINAL_NORM: &str = "norm.weight";
+
+/// Where a pre-norm transformer layer's tensors are stored: its norms' modules (each holds a
+/// `.weight`), its attention's and its feed-forward's.
+#[derive(Clone, Debug)]
+pub struct LayerKeys {
+    pub attention_norm: String,
+    pub attention: AttentionKeys,
+    /// Whether the attention normalises each query and key head (`attention.q_norm`,
+    /// `attention.k_norm`, `[head_dim]`), as Qwen3's does.
+    pub head_norms: bool,
+    pub ffn_norm: String,
+    pub feed_forward: FeedForwardKeys,
+}
+
+impl LayerKeys {
+    /// Mistral's consolidated names: `{prefix}.attention_norm`, `.attention.wq` (and `wk`,
+    /// `wv`, `wo`), `.ffn_norm`, `.feed_forward.w1` (and `w2`, `w3`).
+    pub fn mistral(prefix: &str) -> Self {
+        LayerKeys {
+            attention_norm: join(prefix, "attention_norm"),
+            attention: AttentionKeys::mistral(&join(prefix, "attention")),
+            head_norms: false,
+            ffn_norm: join(prefix, "ffn_norm"),
+            feed_forward: FeedForwardKeys::mistral(&join(prefix, "feed_forward")),
+        }
+    }
+
+    /// Hugging Face's names: `{prefix}.input_layernorm`, `.self_attn.q_proj` (and `k_proj`,
+    /// `v_proj`, `o_proj`), `.post_attention_layernorm`, `.mlp.gate_proj` (and `up_proj`,
+    /// `down_proj`).
+    pub fn hugging_face(prefix: &str) -> Self {
+        LayerKeys {
+            attention_norm: join(prefix, "input_layernorm"),
+            attention: AttentionKeys::hugging_face(&join(prefix, "self_attn")),
+            head_norms: false,
+            ffn_norm: join(prefix, "post_attention_layernorm"),
+            feed_forward: FeedForwardKeys::hugging_face(&join(prefix, "mlp")),
+        }
+    }
 }
 
 struct Layer<T> {
@@ -90,11 +161,11 @@ impl<T: Tensor> Decoder<T> {
     ) -> Result<Self, LoadError> {
         let l = &l.scoped(prefix);
         let layers = (0..a.n_layers)
-            .map(|i| Layer::load(l, &format!("layers.{i}"), a, style))
+            .map(|i| Layer::load(l, &style.layer_keys("", i), a))
             .collect::<Result<Vec<_>, LoadError>>()?;
         Ok(Decoder {
             layers,
-            norm: RmsNorm::load(l, "norm.weight", a.dim, a.norm_eps)?,
+            norm: RmsNorm::load(l, FINAL_NORM, a.dim, a.norm_eps)?,
             rope: T::rope_table(l.device, a.max_positions, a.head_dim, a.rope_theta),
             style,
             device: l.device.clone(),
@@ -313,64 +384,18 @@ impl<T: Tensor> Decoder<T> {
 }
 
 impl<T: Tensor> Layer<T> {
-    fn load(
-        l: &Loader<T>,
-        p: &str,
-        a: &DecoderDims,
-        style: DecoderStyle,
-    ) -> Result<Self, LoadError> {
-        let norm = |name: &str, dim: usize| {
-            RmsNorm::load(l, &format!("{p}.{name}.weight"), dim, a.norm_eps)
-        };
-        let key = |name: &str| format!("{p}.{name}.weight");
-        let (heads, kv) = (a.n_heads, a.n_kv_heads);
-        Ok(match style {
-            DecoderStyle::Mistral => {
-                let [q, k, v, o] = ["wq", "wk", "wv", "wo"].map(|w| key(&format!("attention.{w}")));
-                let [w1, w3, w2] = ["w1", "w3", "w2"].map(|w| key(&format!("feed_forward.{w}")));
-                Layer {
-                    attention_norm: norm("attention_norm", a.dim)?,
-                    attention: AttentionProj::load_named(
-                        l,
-                        [&q, &k, &v, &o],
-                        a.dim,
-                        heads,
-                        kv,
-                        a.head_dim,
-                    )?,
-                    qk_norm: None,
-                    ffn_norm: norm("ffn_norm", a.dim)?,
-                    feed_forward: FeedForward::load_named(l, [&w1, &w3, &w2], a.dim, a.hidden_dim)?,
-                }
-            }
-            DecoderStyle::Qwen3 => {
-                let [q, k, v, o] =
-                    ["q", "k", "v", "o"].map(|w| key(&format!("self_attn.{w}_proj")));
-                let [gate, up, down] =
-                    ["gate", "up", "down"].map(|w| key(&format!("mlp.{w}_proj")));
-                Layer {
-                    attention_norm: norm("input_layernorm", a.dim)?,
-                    attention: AttentionProj::load_named(
-                        l,
-                        [&q, &k, &v, &o],
-                        a.dim,
-                        heads,
-                        kv,
-                        a.head_dim,
-                    )?,
-                    qk_norm: Some([
-                        norm("self_attn.q_norm", a.head_dim)?,
-                        norm("self_attn.k_norm", a.head_dim)?,
-                    ]),
-                    ffn_norm: norm("post_attention_layernorm", a.dim)?,
-                    feed_forward: FeedForward::load_named(
-                        l,
-                        [&gate, &up, &down],
-                        a.dim,
-                        a.hidden_dim,
-                    )?,
-                }
-            }
+    fn load(l: &Loader<T>, keys: &LayerKeys, a: &DecoderDims) -> Result<Self, LoadError> {
+        let norm = |module: &str, dim: usize| RmsNorm::load(l, &weight(module), dim, a.norm_eps);
+        let k = &keys.attention;
+        Ok(Layer {
+            attention_norm: norm(&keys.attention_norm, a.dim)?,
+            attention: AttentionProj::load(l, k, &a.attention())?,
+            qk_norm: match keys.head_norms {
+                true => Some([norm(&k.q_norm, a.head_dim)?, norm(&k.k_norm, a.head_dim)?]),
+                false => None,
+            },
+            ffn_norm: norm(&keys.ffn_norm, a.dim)?,
+            feed_forward: FeedForward::load(l, &keys.feed_forward, a.dim, a.hidden_dim)?,
         })
     }
 }
@@ -388,6 +413,7 @@ mod tests {
     use super::*;
     use crate::nn::checkpoint::{random_f32_checkpoint, Checkpoint};
     use crate::tensor::tch_backend::TchTensor;
+    use crate::tensor::{Elementwise, Layout, NetworkOps, TensorData};
     use rand::{Rng, SeedableRng};
 
     const DIMS: DecoderDims = DecoderDims {
@@ -409,32 +435,77 @@ mod tests {
     /// A random f32 checkpoint of `DIMS` under `prefix`.
     fn checkpoint(dir: &std::path::Path, prefix: &str) -> Checkpoint {
         let d = DIMS;
-        let (q, kv) = (d.n_heads * d.head_dim, d.n_kv_heads * d.head_dim);
-        let mut shapes = vec![(format!("{prefix}norm.weight"), vec![d.dim])];
+        let mut shapes = vec![(format!("{prefix}{FINAL_NORM}"), vec![d.dim])];
         for i in 0..d.n_layers {
-            let p = format!("{prefix}layers.{i}");
-            shapes.extend([
-                (format!("{p}.attention_norm.weight"), vec![d.dim]),
-                (format!("{p}.ffn_norm.weight"), vec![d.dim]),
-                (format!("{p}.attention.wq.weight"), vec![q, d.dim]),
-                (format!("{p}.attention.wk.weight"), vec![kv, d.dim]),
-                (format!("{p}.attention.wv.weight"), vec![kv, d.dim]),
-                (format!("{p}.attention.wo.weight"), vec![d.dim, q]),
-                (
-                    format!("{p}.feed_forward.w1.weight"),
-                    vec![d.hidden_dim, d.dim],
-                ),
-                (
-                    format!("{p}.feed_forward.w2.weight"),
-                    vec![d.dim, d.hidden_dim],
-                ),
-                (
-                    format!("{p}.feed_forward.w3.weight"),
-                    vec![d.hidden_dim, d.dim],
-                ),
-            ]);
+            let keys = DecoderStyle::Mistral.layer_keys(prefix, i);
+            let [q, k, v, o] = keys.attention.weights(&d.attention());
+            let [gate, up, down] = keys.feed_forward.weights(d.dim, d.hidden_dim);
+            shapes.push((weight(&keys.attention_norm), vec![d.dim]));
+            shapes.push((weight(&keys.ffn_norm), vec![d.dim]));
+            // The feed-forward's in Mistral's file order: w1, w2, w3.
+            let matrices = [q, k, v, o, gate, down, up];
+            shapes.extend(matrices.map(|(key, shape)| (key, shape.to_vec())));
         }
         random_f32_checkpoint(&dir.join("decoder.safetensors"), &shapes, 7)
+    }
+
+    /// The keys are those of the published checkpoints: Voxtral's `consolidated.safetensors`
+    /// and Qwen3-TTS's `model.safetensors`.
+    #[test]
+    fn layer_keys_are_the_published_names() {
+        let names = |k: &LayerKeys| {
+            let (a, f) = (&k.attention, &k.feed_forward);
+            [
+                &k.attention_norm,
+                &a.q,
+                &a.k,
+                &a.v,
+                &a.o,
+                &a.q_norm,
+                &a.k_norm,
+                &k.ffn_norm,
+                &f.gate,
+                &f.up,
+                &f.down,
+            ]
+            .map(|module| weight(module))
+        };
+        let mistral = DecoderStyle::Mistral.layer_keys("", 3);
+        assert!(!mistral.head_norms);
+        assert_eq!(
+            names(&mistral),
+            [
+                "layers.3.attention_norm.weight",
+                "layers.3.attention.wq.weight",
+                "layers.3.attention.wk.weight",
+                "layers.3.attention.wv.weight",
+                "layers.3.attention.wo.weight",
+                "layers.3.attention.q_norm.weight",
+                "layers.3.attention.k_norm.weight",
+                "layers.3.ffn_norm.weight",
+                "layers.3.feed_forward.w1.weight",
+                "layers.3.feed_forward.w3.weight",
+                "layers.3.feed_forward.w2.weight",
+            ]
+        );
+        let qwen3 = DecoderStyle::Qwen3.layer_keys("talker.model.", 0);
+        assert!(qwen3.head_norms);
+        assert_eq!(
+            names(&qwen3),
+            [
+                "talker.model.layers.0.input_layernorm.weight",
+                "talker.model.layers.0.self_attn.q_proj.weight",
+                "talker.model.layers.0.self_attn.k_proj.weight",
+                "talker.model.layers.0.self_attn.v_proj.weight",
+                "talker.model.layers.0.self_attn.o_proj.weight",
+                "talker.model.layers.0.self_attn.q_norm.weight",
+                "talker.model.layers.0.self_attn.k_norm.weight",
+                "talker.model.layers.0.post_attention_layernorm.weight",
+                "talker.model.layers.0.mlp.gate_proj.weight",
+                "talker.model.layers.0.mlp.up_proj.weight",
+                "talker.model.layers.0.mlp.down_proj.weight",
+            ]
+        );
     }
 
     /// `[1, tokens, dim]` f32 input, uniform in [-0.5, 0.5) from `seed`.
@@ -569,32 +640,24 @@ mod tests {
         let d = DIMS;
         let x = random_prompt(4, 5);
         for fuse in [false, true] {
-            let a = AttentionProj::load(
-                &l.fusing(fuse),
-                "layers.0.attention",
-                d.dim,
-                d.n_heads,
-                d.n_kv_heads,
-                d.head_dim,
-            )
-            .unwrap();
+            let keys = DecoderStyle::Mistral.layer_keys("", 0).attention;
+            let a = AttentionProj::load(&l.fusing(fuse), &keys, &d.attention()).unwrap();
             let joined = a.qkv_joined(&x);
             let width = (d.n_heads + 2 * d.n_kv_heads) * d.head_dim;
             assert_eq!(joined.shape(), [1, 5, width]);
             let (q, k, v) = a.split_qkv(&joined);
             let (only_k, only_v) = a.kv(&x);
-            let weight = |w: &str| {
-                let key = format!("layers.0.attention.{w}.weight");
-                l.tensor(&key, &l.shape(&key).unwrap()).unwrap()
-            };
+            let [wq, wk, wv, _] = keys
+                .weights(&d.attention())
+                .map(|(key, shape)| l.tensor(&key, &shape).unwrap());
             for (got, w) in [
-                (&q, "wq"),
-                (&k, "wk"),
-                (&v, "wv"),
-                (&only_k, "wk"),
-                (&only_v, "wv"),
+                (&q, &wq),
+                (&k, &wk),
+                (&v, &wv),
+                (&only_k, &wk),
+                (&only_v, &wv),
             ] {
-                close(got, &x.linear(&weight(w)));
+                close(got, &x.linear(w));
             }
             close(&a.q(&x), &q);
         }

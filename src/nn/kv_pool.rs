@@ -106,6 +106,7 @@ impl<T: Tensor> KvPool<T> {
 mod tests {
     use super::*;
     use crate::tensor::tch_backend::TchTensor;
+    use crate::tensor::TensorData;
 
     #[test]
     fn slots_are_taken_lowest_first_and_come_back() {

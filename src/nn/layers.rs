@@ -1,4 +1,7 @@
-//! Building blocks shared by the backbone, the flow head and the codec.
+//! Building blocks shared by the backbone, the flow head and the codec, and the keys an
+//! attention and a feed-forward block are stored under ([`AttentionKeys`],
+//! [`FeedForwardKeys`], in Mistral's and Hugging Face's names): the one definition the
+//! loaders read and the test-checkpoint writers write.
 
 use super::checkpoint::Checkpoint;
 use super::quantized_keys;
@@ -225,9 +228,9 @@ impl<T: Tensor> Linear<T> {
         bias: bool,
     ) -> Result<Self, LoadError> {
         Ok(Linear {
-            weight: l.tensor(&format!("{prefix}.weight"), &[out, input])?,
+            weight: l.tensor(&weight(prefix), &[out, input])?,
             bias: if bias {
-                Some(l.tensor(&format!("{prefix}.bias"), &[out])?)
+                Some(l.tensor(&self::bias(prefix), &[out])?)
             } else {
                 None
             },
@@ -341,6 +344,57 @@ fn split<T: Tensor>(all: &T, sizes: &[usize]) -> Vec<T> {
         .collect()
 }
 
+/// `prefix.name`, or `name` alone under an empty prefix (a loader scoped at the block).
+pub fn join(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.to_string()
+    } else {
+        format!("{prefix}.{name}")
+    }
+}
+
+/// `module.weight`: where a module's weight is stored.
+pub fn weight(module: &str) -> String {
+    format!("{module}.weight")
+}
+
+/// `module.bias`: where a module's bias is stored (in the checkpoints that have one).
+pub fn bias(module: &str) -> String {
+    format!("{module}.bias")
+}
+
+/// Where a SwiGLU feed-forward block's projections are stored: each one's module.
+#[derive(Clone, Debug)]
+pub struct FeedForwardKeys {
+    pub gate: String,
+    pub up: String,
+    pub down: String,
+}
+
+impl FeedForwardKeys {
+    /// Mistral's names: `{prefix}.w1` (gate), `.w3` (up), `.w2` (down).
+    pub fn mistral(prefix: &str) -> Self {
+        let [gate, up, down] = ["w1", "w3", "w2"].map(|name| join(prefix, name));
+        FeedForwardKeys { gate, up, down }
+    }
+
+    /// Hugging Face's names: `{prefix}.gate_proj`, `.up_proj`, `.down_proj`.
+    pub fn hugging_face(prefix: &str) -> Self {
+        let [gate, up, down] = ["gate_proj", "up_proj", "down_proj"].map(|name| join(prefix, name));
+        FeedForwardKeys { gate, up, down }
+    }
+
+    /// The weights' keys and `[out, in]` shapes, gate, up then down, for a block from `dim`
+    /// to `hidden` and back.
+    pub fn weights(&self, dim: usize, hidden: usize) -> [(String, [usize; 2]); 3] {
+        [
+            (weight(&self.gate), [hidden, dim]),
+            (weight(&self.up), [hidden, dim]),
+            (weight(&self.down), [dim, hidden]),
+        ]
+    }
+}
+
 /// SwiGLU feed-forward: `w2(silu(w1 x) * w3 x)`.
 pub struct FeedForward<T> {
     /// w1 (gate) and w3 (up).
@@ -349,26 +403,17 @@ pub struct FeedForward<T> {
 }
 
 impl<T: Tensor> FeedForward<T> {
-    /// Mistral's names: `{prefix}.w1` (gate), `.w3` (up), `.w2` (down).
-    pub fn load(l: &Loader<T>, prefix: &str, dim: usize, hidden: usize) -> Result<Self, LoadError> {
-        let [gate, up, down] = ["w1", "w3", "w2"].map(|w| format!("{prefix}.{w}.weight"));
-        Self::load_named(l, [&gate, &up, &down], dim, hidden)
-    }
-
-    /// The weights at the keys `[gate, up, down]`.
-    pub fn load_named(
+    /// The weights at `keys`, for a block from `dim` to `hidden` and back.
+    pub fn load(
         l: &Loader<T>,
-        [gate, up, down]: [&str; 3],
+        keys: &FeedForwardKeys,
         dim: usize,
         hidden: usize,
     ) -> Result<Self, LoadError> {
+        let [(gate, gate_shape), (up, up_shape), (down, down_shape)] = keys.weights(dim, hidden);
         Ok(FeedForward {
-            gate_up: Stacked::load(
-                l,
-                &[gate.to_string(), up.to_string()],
-                &[[hidden, dim], [hidden, dim]],
-            )?,
-            w2: l.tensor(down, &[dim, hidden])?,
+            gate_up: Stacked::load(l, &[gate, up], &[gate_shape, up_shape])?,
+            w2: l.tensor(&down, &down_shape)?,
         })
     }
 
@@ -399,6 +444,64 @@ impl<T: Tensor> FeedForward<T> {
     }
 }
 
+/// An attention block's widths: its input and output `dim`, and its heads.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionDims {
+    pub dim: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+}
+
+/// Where an attention block's tensors are stored: each projection's module, and the modules
+/// of the query and key norms of a block that has them.
+#[derive(Clone, Debug)]
+pub struct AttentionKeys {
+    pub q: String,
+    pub k: String,
+    pub v: String,
+    pub o: String,
+    pub q_norm: String,
+    pub k_norm: String,
+}
+
+impl AttentionKeys {
+    /// Mistral's names: `{prefix}.wq`, `.wk`, `.wv`, `.wo`, `.q_norm`, `.k_norm`.
+    pub fn mistral(prefix: &str) -> Self {
+        Self::named(prefix, ["wq", "wk", "wv", "wo"])
+    }
+
+    /// Hugging Face's names: `{prefix}.q_proj`, `.k_proj`, `.v_proj`, `.o_proj`, `.q_norm`,
+    /// `.k_norm`.
+    pub fn hugging_face(prefix: &str) -> Self {
+        Self::named(prefix, ["q_proj", "k_proj", "v_proj", "o_proj"])
+    }
+
+    fn named(prefix: &str, projections: [&str; 4]) -> Self {
+        let [q, k, v, o] = projections.map(|name| join(prefix, name));
+        let [q_norm, k_norm] = ["q_norm", "k_norm"].map(|name| join(prefix, name));
+        AttentionKeys {
+            q,
+            k,
+            v,
+            o,
+            q_norm,
+            k_norm,
+        }
+    }
+
+    /// The projections' weight keys and `[out, in]` shapes, q, k, v then o.
+    pub fn weights(&self, d: &AttentionDims) -> [(String, [usize; 2]); 4] {
+        let (q, kv) = (d.n_heads * d.head_dim, d.n_kv_heads * d.head_dim);
+        [
+            (weight(&self.q), [q, d.dim]),
+            (weight(&self.k), [kv, d.dim]),
+            (weight(&self.v), [kv, d.dim]),
+            (weight(&self.o), [d.dim, q]),
+        ]
+    }
+}
+
 /// Query/key/value/output projections of one attention layer.
 pub struct AttentionProj<T> {
     /// wq, wk, wv.
@@ -410,39 +513,15 @@ pub struct AttentionProj<T> {
 }
 
 impl<T: Tensor> AttentionProj<T> {
-    /// Mistral's names: `{prefix}.wq`, `.wk`, `.wv`, `.wo`.
-    pub fn load(
-        l: &Loader<T>,
-        prefix: &str,
-        dim: usize,
-        n_heads: usize,
-        n_kv_heads: usize,
-        head_dim: usize,
-    ) -> Result<Self, LoadError> {
-        let [q, k, v, o] = ["wq", "wk", "wv", "wo"].map(|w| format!("{prefix}.{w}.weight"));
-        Self::load_named(l, [&q, &k, &v, &o], dim, n_heads, n_kv_heads, head_dim)
-    }
-
-    /// The weights at the keys `[q, k, v, o]`.
-    pub fn load_named(
-        l: &Loader<T>,
-        [wq, wk, wv, wo]: [&str; 4],
-        dim: usize,
-        n_heads: usize,
-        n_kv_heads: usize,
-        head_dim: usize,
-    ) -> Result<Self, LoadError> {
-        let (q, kv) = (n_heads * head_dim, n_kv_heads * head_dim);
+    /// The projections at `keys`, of widths `d`.
+    pub fn load(l: &Loader<T>, keys: &AttentionKeys, d: &AttentionDims) -> Result<Self, LoadError> {
+        let [(q, q_shape), (k, k_shape), (v, v_shape), (o, o_shape)] = keys.weights(d);
         Ok(AttentionProj {
-            qkv: Stacked::load(
-                l,
-                &[wq, wk, wv].map(str::to_string),
-                &[[q, dim], [kv, dim], [kv, dim]],
-            )?,
-            wo: l.tensor(wo, &[dim, q])?,
-            n_heads,
-            n_kv_heads,
-            head_dim,
+            qkv: Stacked::load(l, &[q, k, v], &[q_shape, k_shape, v_shape])?,
+            wo: l.tensor(&o, &o_shape)?,
+            n_heads: d.n_heads,
+            n_kv_heads: d.n_kv_heads,
+            head_dim: d.head_dim,
         })
     }
 

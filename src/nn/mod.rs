@@ -1,6 +1,7 @@
 //! Building blocks shared by every model family: checkpoint loading, layers (linear
 //! projections, norms, attention projections, feed-forward) and the Mistral-style decoder
-//! with its slot KV pool; token sampling as Hugging Face `generate` does it.
+//! with its slot KV pool, each with the keys a checkpoint stores it under; token sampling as
+//! Hugging Face `generate` does it.
 
 pub mod checkpoint;
 pub mod config_json;

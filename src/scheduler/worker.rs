@@ -14,7 +14,7 @@ use crate::models::quantize::weight_format;
 use crate::models::registry;
 use crate::tensor::cpu_gemv::Variant;
 use crate::tensor::tch_backend::TchTensor;
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{DType, Tensor, TensorData};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -7,7 +7,7 @@
 //!   converted, which makes a second conversion a no-op.
 //! - Fused kernels: `fast::rms_norm`, `fast::rope` (traditional = interleaved pairs) and
 //!   `fast::scaled_dot_product_attention` (GQA without repeating kv heads).
-//! - Evaluation: MLX is lazy. Only `Tensor::eval` and host reads of unevaluated arrays run a
+//! - Evaluation: MLX is lazy. Only `TensorData::eval` and host reads of unevaluated arrays run a
 //!   graph, and the model calls them at its outer loop boundaries only: once per backbone pass
 //!   (hidden states and KV cache), once per flow-head frame (both heads, every Euler step), once
 //!   per codec decode (its waveform read). KV cache writes (`write_at`) are lazy slice updates
@@ -17,7 +17,9 @@
 //!   MLX's default device. The constructors (`from_*`, `zeros`), which the model calls with its
 //!   device, make that device the default.
 
-use super::{ConvKind, DType, PadMode, RawTensor, Tensor};
+use super::{
+    ConvKind, DType, Elementwise, Layout, NetworkOps, PadMode, RawTensor, Tensor, TensorData,
+};
 use mlx_rs::error::Exception;
 use mlx_rs::{fast, ops, Array, Dtype};
 use std::cell::Cell;
@@ -29,7 +31,7 @@ thread_local! {
     static EVALUATIONS: Cell<u64> = const { Cell::new(0) };
 }
 
-/// How many graph evaluations this thread has run: `Tensor::eval` calls with something left
+/// How many graph evaluations this thread has run: `TensorData::eval` calls with something left
 /// to compute, and host reads (`to_vec_*`) of arrays not evaluated yet.
 pub fn evaluations() -> u64 {
     EVALUATIONS.with(Cell::get)
@@ -231,9 +233,8 @@ impl MlxTensor {
     }
 }
 
-impl Tensor for MlxTensor {
+impl TensorData for MlxTensor {
     type Device = MlxDevice;
-    type Rope = f64;
     const BACKEND: &'static str = "mlx";
 
     fn from_f32(device: &MlxDevice, data: &[f32], shape: &[usize], dtype: DType) -> Self {
@@ -305,7 +306,9 @@ impl Tensor for MlxTensor {
     fn eval(tensors: &[&Self]) {
         evaluate(&tensors.iter().map(|t| &t.array).collect::<Vec<_>>());
     }
+}
 
+impl Elementwise for MlxTensor {
     fn add(&self, rhs: &Self) -> Self {
         Self::op(ops::add(&self.array, &rhs.array))
     }
@@ -362,61 +365,9 @@ impl Tensor for MlxTensor {
         // MLX rounds half to even, as torch.round does.
         Self::op(ops::round(&self.array, None))
     }
+}
 
-    fn linear(&self, weight: &Self) -> Self {
-        Self::op(ops::matmul(&self.array, weight.array.t()))
-    }
-
-    fn rms_norm(&self, weight: &Self, eps: f64) -> Self {
-        // Fused; accumulates in f32 and returns the input dtype.
-        Self::op(fast::rms_norm(&self.array, Some(&weight.array), eps as f32))
-    }
-
-    /// MLX's fused kernel computes the angles on the device: only theta is kept.
-    fn rope_table(_: &Self::Device, _positions: usize, _head_dim: usize, theta: f64) -> f64 {
-        theta
-    }
-
-    fn rope_interleaved(&self, theta: &f64, start: usize) -> Self {
-        let theta = *theta;
-        let head_dim = *self.array.shape().last().expect("rank >= 1");
-        // traditional = true: rotates the pairs (x[2i], x[2i + 1]); positions along axis -2.
-        Self::op(fast::rope(
-            &self.array,
-            head_dim,
-            true,
-            theta as f32,
-            1.0,
-            axis(start),
-            None,
-        ))
-    }
-
-    fn attention(
-        q: &Self,
-        k: &Self,
-        v: &Self,
-        bias: Option<&Self>,
-        causal: bool,
-        scale: f64,
-    ) -> Self {
-        use fast::ScaledDotProductAttentionMask as Mask;
-        let (l, s) = (q.array.shape()[2], k.array.shape()[2]);
-        let mask = match bias {
-            Some(b) => Some(Mask::Array(&b.array)),
-            None if causal && l == s => Some(Mask::Causal),
-            None => None,
-        };
-        Self::op(fast::scaled_dot_product_attention(
-            &q.array,
-            &k.array,
-            &v.array,
-            scale as f32,
-            mask,
-            None,
-        ))
-    }
-
+impl Layout for MlxTensor {
     fn embedding(&self, ids: &Self) -> Self {
         Self::op(self.array.take_axis(&ids.array, 0))
     }
@@ -492,6 +443,64 @@ impl Tensor for MlxTensor {
             )
         });
         self.array = updated;
+    }
+}
+
+impl NetworkOps for MlxTensor {
+    type Rope = f64;
+
+    fn linear(&self, weight: &Self) -> Self {
+        Self::op(ops::matmul(&self.array, weight.array.t()))
+    }
+
+    fn rms_norm(&self, weight: &Self, eps: f64) -> Self {
+        // Fused; accumulates in f32 and returns the input dtype.
+        Self::op(fast::rms_norm(&self.array, Some(&weight.array), eps as f32))
+    }
+
+    /// MLX's fused kernel computes the angles on the device: only theta is kept.
+    fn rope_table(_: &Self::Device, _positions: usize, _head_dim: usize, theta: f64) -> f64 {
+        theta
+    }
+
+    fn rope_interleaved(&self, theta: &f64, start: usize) -> Self {
+        let theta = *theta;
+        let head_dim = *self.array.shape().last().expect("rank >= 1");
+        // traditional = true: rotates the pairs (x[2i], x[2i + 1]); positions along axis -2.
+        Self::op(fast::rope(
+            &self.array,
+            head_dim,
+            true,
+            theta as f32,
+            1.0,
+            axis(start),
+            None,
+        ))
+    }
+
+    fn attention(
+        q: &Self,
+        k: &Self,
+        v: &Self,
+        bias: Option<&Self>,
+        causal: bool,
+        scale: f64,
+    ) -> Self {
+        use fast::ScaledDotProductAttentionMask as Mask;
+        let (l, s) = (q.array.shape()[2], k.array.shape()[2]);
+        let mask = match bias {
+            Some(b) => Some(Mask::Array(&b.array)),
+            None if causal && l == s => Some(Mask::Causal),
+            None => None,
+        };
+        Self::op(fast::scaled_dot_product_attention(
+            &q.array,
+            &k.array,
+            &v.array,
+            scale as f32,
+            mask,
+            None,
+        ))
     }
 
     fn prepare_conv_weight(weight: &Self, kind: ConvKind) -> Self {
@@ -605,6 +614,8 @@ impl Tensor for MlxTensor {
         }
     }
 }
+
+impl Tensor for MlxTensor {}
 
 #[cfg(test)]
 mod tests {

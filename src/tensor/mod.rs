@@ -1,7 +1,9 @@
 //! The small tensor interface the model is written against.
 //!
 //! The model code (`crate::models`) only uses these operations, so a backend (libtorch, and MLX
-//! behind the `mlx` feature) implements this trait once. Layout conventions are fixed here, and
+//! behind the `mlx` feature) implements them once: four small core traits ([`TensorData`],
+//! [`Elementwise`], [`Layout`], [`NetworkOps`]) and [`Tensor`], their sum, whose fused
+//! operations it may override with faster paths. Layout conventions are fixed here, and
 //! a backend converts internally: sequences are `[batch, time, channels]` (NLC) everywhere,
 //! attention tensors are `[batch, heads, time, head_dim]`, linear weights are `[out, in]`, and
 //! conv weights are handed over in PyTorch layout once, through `prepare_conv_weight`.
@@ -116,18 +118,20 @@ pub enum ConvKind {
 /// so a shape error here is a bug, and the inference worker turns the panic into a failed
 /// request.
 ///
-/// A backend implements the core, the methods without a body. The others are made of the
-/// core: fused operations, which a backend overrides where it has a faster path for them
+/// A backend implements the core, four small traits grouped by purpose: [`TensorData`] (the
+/// device, construction, host copies and dtype), [`Elementwise`] (arithmetic and
+/// activations), [`Layout`] (shape, slicing, indexing) and [`NetworkOps`] (products, norms,
+/// rotary embeddings, attention and convolutions). `Tensor` is their sum plus methods made of
+/// them: fused operations, which a backend overrides where it has a faster path for them
 /// (libtorch's CPU kernels, `kernels::cpu`), forms of a weight that only some backends have,
-/// and what a device can be asked (waits, timings, CUDA graphs).
-pub trait Tensor: Clone + Sized + 'static {
+/// and what a device can be asked (waits, timings, CUDA graphs). Generic code bounded by
+/// `T: Tensor` sees every method; code on a concrete backend type imports the traits whose
+/// methods it calls.
+pub trait TensorData: Clone + Sized + 'static {
     type Device: Clone + fmt::Debug + Send + Sync + 'static;
-    /// Rotary-embedding state of a model (see `rope_table`).
-    type Rope;
     /// The backend's name (logs).
     const BACKEND: &'static str;
 
-    // The core, which every backend implements: construction and host copies.
     fn from_f32(device: &Self::Device, data: &[f32], shape: &[usize], dtype: DType) -> Self;
     fn from_i64(device: &Self::Device, data: &[i64], shape: &[usize]) -> Self;
     /// Checkpoint bytes as a tensor of `dtype`; shares the bytes where the backend allows.
@@ -152,8 +156,10 @@ pub trait Tensor: Clone + Sized + 'static {
     /// states and the KV cache), once per flow-head frame (semantic and acoustic codes
     /// together); a codec decode is evaluated once by its final host copy.
     fn eval(tensors: &[&Self]);
+}
 
-    // The core: elementwise operations.
+/// Element-wise operations: arithmetic (broadcasting over axes of size 1) and activations.
+pub trait Elementwise: TensorData {
     fn add(&self, rhs: &Self) -> Self;
     fn sub(&self, rhs: &Self) -> Self;
     fn mul(&self, rhs: &Self) -> Self;
@@ -172,8 +178,10 @@ pub trait Tensor: Clone + Sized + 'static {
     fn elu(&self) -> Self;
     /// Round to nearest, ties to even (what `torch.round` does).
     fn round(&self) -> Self;
+}
 
-    // The core: layout.
+/// Shape, layout and indexing: views, copies between positions, reductions to an index.
+pub trait Layout: TensorData {
     /// Rows of `self` (`[rows, dim]`) picked by the i64 tensor `ids`, shaped `ids.shape + [dim]`.
     fn embedding(&self, ids: &Self) -> Self;
     fn reshape(&self, shape: &[usize]) -> Self;
@@ -187,8 +195,14 @@ pub trait Tensor: Clone + Sized + 'static {
     fn argmax_last(&self) -> Self;
     /// Copies `src` into `self` at offsets `starts`, one per dimension (KV pool writes).
     fn write_at(&mut self, starts: &[usize], src: &Self);
+}
 
-    // The core: products, normalisation, rotary embeddings and attention.
+/// The network's primitives: products, normalisation, rotary embeddings, attention and
+/// convolutions.
+pub trait NetworkOps: TensorData {
+    /// Rotary-embedding state of a model (see `rope_table`).
+    type Rope;
+
     /// `x @ weight.T` for `weight` `[out, in]`, or as packed by `pack_for_few_rows`.
     fn linear(&self, weight: &Self) -> Self;
     /// RMSNorm over the last axis, computed in f32, returned in the input dtype.
@@ -216,7 +230,6 @@ pub trait Tensor: Clone + Sized + 'static {
         scale: f64,
     ) -> Self;
 
-    // The core: convolutions.
     /// Converts a conv weight from PyTorch layout into the backend's own. Idempotent: a weight
     /// already converted is returned unchanged.
     fn prepare_conv_weight(weight: &Self, kind: ConvKind) -> Self;
@@ -230,7 +243,10 @@ pub trait Tensor: Clone + Sized + 'static {
     fn conv_transpose1d(&self, weight: &Self, stride: usize) -> Self;
     /// Pads the time axis of NLC input.
     fn pad_time(&self, left: usize, right: usize, mode: PadMode) -> Self;
+}
 
+/// The whole interface the model code uses: the core traits, and what is made of them.
+pub trait Tensor: TensorData + Elementwise + Layout + NetworkOps {
     // Fused operations, made of the core unless a backend has a faster path for them.
     /// `max(x, 0)` in every dtype. Bounds are infinite, never `f32::MAX`, which a bf16
     /// tensor's clamp refuses as an overflow.
@@ -342,7 +358,7 @@ pub trait Tensor: Clone + Sized + 'static {
     /// read in place from the memory map; elsewhere dequantized to `dtype`.
     ///
     /// # Safety
-    /// As [`Tensor::from_raw`]: `blocks` outlive the tensor and are never written.
+    /// As [`TensorData::from_raw`]: `blocks` outlive the tensor and are never written.
     unsafe fn from_quantized(
         device: &Self::Device,
         blocks: &[u8],

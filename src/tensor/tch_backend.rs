@@ -5,8 +5,8 @@ use super::kernels::cpu::{self, settle_vector_math};
 use super::quantized::QuantFormat;
 use super::{
     cuda_graph::{CudaGraph, GraphError},
-    pool_attention_by_row, pool_keys_read, profile, ConvKind, DType, Fused, PadMode, PoolRows,
-    Products, RawTensor, Tensor,
+    pool_attention_by_row, pool_keys_read, profile, ConvKind, DType, Elementwise, Fused, Layout,
+    NetworkOps, PadMode, PoolRows, Products, RawTensor, Tensor, TensorData,
 };
 use tch::{Device, Kind};
 
@@ -134,9 +134,8 @@ fn upload(host: tch::Tensor, device: Device) -> tch::Tensor {
     }
 }
 
-impl Tensor for TchTensor {
+impl TensorData for TchTensor {
     type Device = Device;
-    type Rope = TchRope;
     const BACKEND: &'static str = "libtorch";
 
     fn from_f32(device: &Device, data: &[f32], shape: &[usize], dtype: DType) -> Self {
@@ -180,80 +179,8 @@ impl Tensor for TchTensor {
         Self::wrap(tch::Tensor::zeros(dims(shape), (kind(dtype), *device)))
     }
 
-    /// Uninitialized on the CPU, so that the OS commits a pool's pages only as they are
-    /// written; zeros on accelerators, whose masked attention reads past each row's length
-    /// (weights 0, but 0 x NaN would not be 0).
-    fn uninit(device: &Device, shape: &[usize], dtype: DType) -> Self {
-        if *device == Device::Cpu {
-            settle_vector_math();
-            Self::wrap(tch::Tensor::empty(dims(shape), (kind(dtype), *device)))
-        } else {
-            Self::zeros(device, shape, dtype)
-        }
-    }
-
     fn is_cpu(device: &Device) -> bool {
         *device == Device::Cpu
-    }
-
-    fn synchronize(device: &Device) {
-        if let Device::Cuda(index) = *device {
-            tch::Cuda::synchronize(index as i64);
-        }
-    }
-
-    fn capture_graph(
-        device: &Device,
-        share: Option<&CudaGraph>,
-        warmups: usize,
-        body: &mut dyn FnMut(),
-    ) -> Result<CudaGraph, GraphError> {
-        match *device {
-            Device::Cuda(index) => CudaGraph::capture(index, share, warmups, body),
-            other => Err(GraphError::NotCuda(format!("{other:?}"))),
-        }
-    }
-
-    fn reserved_device_bytes(device: &Device) -> Option<u64> {
-        match *device {
-            Device::Cuda(index) => super::cuda_graph::reserved_bytes(index).ok(),
-            _ => None,
-        }
-    }
-
-    /// The new thread runs with autograd off and this thread's CPU thread count.
-    fn spawn_model_thread<F: FnOnce() + Send + 'static>(
-        name: String,
-        body: F,
-    ) -> std::io::Result<std::thread::JoinHandle<()>> {
-        let threads = tch::get_num_threads();
-        std::thread::Builder::new().name(name).spawn(move || {
-            let _no_grad = tch::no_grad_guard();
-            tch::set_num_threads(threads);
-            body()
-        })
-    }
-
-    /// A 1 GiB copy on a CUDA device, timed between synchronizations; the best of 5.
-    fn device_copy_bandwidth(device: &Device) -> Option<f64> {
-        let Device::Cuda(index) = *device else {
-            return None;
-        };
-        let sync = || tch::Cuda::synchronize(index as i64);
-        let bytes = 1i64 << 30;
-        let src = tch::Tensor::ones([bytes], (Kind::Uint8, *device));
-        let mut dst = tch::Tensor::empty([bytes], (Kind::Uint8, *device));
-        dst.copy_(&src);
-        sync();
-        let best = (0..5)
-            .map(|_| {
-                let started = std::time::Instant::now();
-                dst.copy_(&src);
-                sync();
-                started.elapsed()
-            })
-            .min()?;
-        Some(2.0 * bytes as f64 / best.as_secs_f64())
     }
 
     fn shape(&self) -> Vec<usize> {
@@ -292,7 +219,9 @@ impl Tensor for TchTensor {
     fn eval(_tensors: &[&Self]) {
         // Eager: every operation has already run.
     }
+}
 
+impl Elementwise for TchTensor {
     fn add(&self, rhs: &Self) -> Self {
         Self::wrap(&self.0 + &rhs.0)
     }
@@ -337,16 +266,6 @@ impl Tensor for TchTensor {
         Self::wrap(self.0.sin())
     }
 
-    fn relu(&self) -> Self {
-        Self::wrap(self.0.relu())
-    }
-
-    fn leaky_relu(&self, slope: f32) -> Self {
-        // tch's `leaky_relu` has no slope argument; for slope ≤ 1 the larger of x and
-        // slope · x is the same value.
-        Self::wrap(self.0.maximum(&(&self.0 * f64::from(slope))))
-    }
-
     fn elu(&self) -> Self {
         Self::wrap(self.0.elu())
     }
@@ -354,6 +273,58 @@ impl Tensor for TchTensor {
     fn tanh(&self) -> Self {
         Self::wrap(self.0.tanh())
     }
+}
+
+impl Layout for TchTensor {
+    fn embedding(&self, ids: &Self) -> Self {
+        let flat = ids.0.flatten(0, -1);
+        let rows = self.0.index_select(0, &flat);
+        let mut shape = ids.0.size();
+        shape.push(self.0.size()[1]);
+        Self::wrap(rows.reshape(shape))
+    }
+
+    fn reshape(&self, shape: &[usize]) -> Self {
+        Self::wrap(self.0.reshape(dims(shape)))
+    }
+
+    fn transpose(&self, a: usize, b: usize) -> Self {
+        Self::wrap(self.0.transpose(a as i64, b as i64))
+    }
+
+    /// A view: nothing is copied until something reads it.
+    fn broadcast_to(&self, shape: &[usize]) -> Self {
+        Self::wrap(self.0.expand(dims(shape), false))
+    }
+
+    fn narrow(&self, dim: usize, start: usize, len: usize) -> Self {
+        Self::wrap(self.0.narrow(dim as i64, start as i64, len as i64))
+    }
+
+    fn cat(parts: &[&Self], dim: usize) -> Self {
+        let ts: Vec<&tch::Tensor> = parts.iter().map(|p| &p.0).collect();
+        Self::wrap(tch::Tensor::cat(&ts, dim as i64))
+    }
+
+    fn sum_dim(&self, dim: usize) -> Self {
+        Self::wrap(self.0.sum_dim_intlist(dim as i64, false, self.0.kind()))
+    }
+
+    fn argmax_last(&self) -> Self {
+        Self::wrap(self.0.argmax(-1, false))
+    }
+
+    fn write_at(&mut self, starts: &[usize], src: &Self) {
+        let mut region = self.0.shallow_clone();
+        for (dim, (&start, len)) in starts.iter().zip(src.0.size()).enumerate() {
+            region = region.narrow(dim as i64, start as i64, len);
+        }
+        region.copy_(&src.0);
+    }
+}
+
+impl NetworkOps for TchTensor {
+    type Rope = TchRope;
 
     fn linear(&self, weight: &Self) -> Self {
         if self.0.device() != Device::Cpu {
@@ -361,42 +332,6 @@ impl Tensor for TchTensor {
             return Self::wrap(self.0.linear::<tch::Tensor>(&weight.0, None));
         }
         cpu::linear(self, weight)
-    }
-
-    fn fused_linear(&self, weight: &Self, fused: Fused<'_, Self>) -> Option<Self> {
-        if self.0.device() != Device::Cpu {
-            return None;
-        }
-        cpu::fused_linear(self, weight, fused)
-    }
-
-    fn linear_rows(&self, weight: &Self, start: usize, len: usize) -> Self {
-        cpu::linear_rows(self, weight, start, len)
-            .unwrap_or_else(|| self.linear(&weight.narrow(0, start, len)))
-    }
-
-    /// On the CPU, [`cpu::pack_for_few_rows`]'s packed panels; elsewhere nothing.
-    fn pack_for_few_rows(parts: &[&Self], products: Products) -> Option<Self> {
-        cpu::pack_for_few_rows(parts, products)
-    }
-
-    fn quantize_weight(&self, format: QuantFormat) -> Option<Self> {
-        cpu::quantize_weight(self, format)
-    }
-
-    unsafe fn from_quantized(
-        device: &Device,
-        blocks: &[u8],
-        format: QuantFormat,
-        shape: [usize; 2],
-        dtype: DType,
-    ) -> Self {
-        if *device != Device::Cpu {
-            let values = super::quantized::dequantize(format, blocks);
-            return Self::from_f32(device, &values, &shape, dtype);
-        }
-        settle_vector_math();
-        cpu::from_blocks(blocks, format, shape)
     }
 
     fn rms_norm(&self, weight: &Self, eps: f64) -> Self {
@@ -467,50 +402,160 @@ impl Tensor for TchTensor {
         Self::wrap(out)
     }
 
-    fn embedding(&self, ids: &Self) -> Self {
-        let flat = ids.0.flatten(0, -1);
-        let rows = self.0.index_select(0, &flat);
-        let mut shape = ids.0.size();
-        shape.push(self.0.size()[1]);
-        Self::wrap(rows.reshape(shape))
+    fn prepare_conv_weight(weight: &Self, _kind: ConvKind) -> Self {
+        // libtorch convolutions take PyTorch layouts as they are.
+        weight.clone()
     }
 
-    fn reshape(&self, shape: &[usize]) -> Self {
-        Self::wrap(self.0.reshape(dims(shape)))
+    fn conv1d(&self, weight: &Self, stride: usize) -> Self {
+        let x = self.0.transpose(1, 2);
+        let y = x.conv1d::<tch::Tensor>(&weight.0, None, [stride as i64], [0], [1], 1);
+        Self::wrap(y.transpose(1, 2))
     }
 
-    fn transpose(&self, a: usize, b: usize) -> Self {
-        Self::wrap(self.0.transpose(a as i64, b as i64))
+    fn conv1d_dilated(&self, weight: &Self, dilation: usize, groups: usize) -> Self {
+        let x = self.0.transpose(1, 2);
+        let y =
+            x.conv1d::<tch::Tensor>(&weight.0, None, [1], [0], [dilation as i64], groups as i64);
+        Self::wrap(y.transpose(1, 2))
     }
 
-    /// A view: nothing is copied until something reads it.
-    fn broadcast_to(&self, shape: &[usize]) -> Self {
-        Self::wrap(self.0.expand(dims(shape), false))
+    fn conv_transpose1d(&self, weight: &Self, stride: usize) -> Self {
+        let x = self.0.transpose(1, 2);
+        let y =
+            x.conv_transpose1d::<tch::Tensor>(&weight.0, None, [stride as i64], [0], [0], 1, [1]);
+        Self::wrap(y.transpose(1, 2))
     }
 
-    fn narrow(&self, dim: usize, start: usize, len: usize) -> Self {
-        Self::wrap(self.0.narrow(dim as i64, start as i64, len as i64))
+    fn pad_time(&self, left: usize, right: usize, mode: PadMode) -> Self {
+        let x = self.0.transpose(1, 2);
+        let (mode, value) = match mode {
+            PadMode::Replicate => ("replicate", None),
+            PadMode::Reflect => ("reflect", None),
+            PadMode::Zero => ("constant", Some(0.0)),
+        };
+        let y = x.pad([left as i64, right as i64], mode, value);
+        Self::wrap(y.transpose(1, 2))
     }
+}
 
-    fn cat(parts: &[&Self], dim: usize) -> Self {
-        let ts: Vec<&tch::Tensor> = parts.iter().map(|p| &p.0).collect();
-        Self::wrap(tch::Tensor::cat(&ts, dim as i64))
-    }
-
-    fn sum_dim(&self, dim: usize) -> Self {
-        Self::wrap(self.0.sum_dim_intlist(dim as i64, false, self.0.kind()))
-    }
-
-    fn argmax_last(&self) -> Self {
-        Self::wrap(self.0.argmax(-1, false))
-    }
-
-    fn write_at(&mut self, starts: &[usize], src: &Self) {
-        let mut region = self.0.shallow_clone();
-        for (dim, (&start, len)) in starts.iter().zip(src.0.size()).enumerate() {
-            region = region.narrow(dim as i64, start as i64, len);
+impl Tensor for TchTensor {
+    /// Uninitialized on the CPU, so that the OS commits a pool's pages only as they are
+    /// written; zeros on accelerators, whose masked attention reads past each row's length
+    /// (weights 0, but 0 x NaN would not be 0).
+    fn uninit(device: &Device, shape: &[usize], dtype: DType) -> Self {
+        if *device == Device::Cpu {
+            settle_vector_math();
+            Self::wrap(tch::Tensor::empty(dims(shape), (kind(dtype), *device)))
+        } else {
+            Self::zeros(device, shape, dtype)
         }
-        region.copy_(&src.0);
+    }
+
+    fn synchronize(device: &Device) {
+        if let Device::Cuda(index) = *device {
+            tch::Cuda::synchronize(index as i64);
+        }
+    }
+
+    fn capture_graph(
+        device: &Device,
+        share: Option<&CudaGraph>,
+        warmups: usize,
+        body: &mut dyn FnMut(),
+    ) -> Result<CudaGraph, GraphError> {
+        match *device {
+            Device::Cuda(index) => CudaGraph::capture(index, share, warmups, body),
+            other => Err(GraphError::NotCuda(format!("{other:?}"))),
+        }
+    }
+
+    fn reserved_device_bytes(device: &Device) -> Option<u64> {
+        match *device {
+            Device::Cuda(index) => super::cuda_graph::reserved_bytes(index).ok(),
+            _ => None,
+        }
+    }
+
+    /// The new thread runs with autograd off and this thread's CPU thread count.
+    fn spawn_model_thread<F: FnOnce() + Send + 'static>(
+        name: String,
+        body: F,
+    ) -> std::io::Result<std::thread::JoinHandle<()>> {
+        let threads = tch::get_num_threads();
+        std::thread::Builder::new().name(name).spawn(move || {
+            let _no_grad = tch::no_grad_guard();
+            tch::set_num_threads(threads);
+            body()
+        })
+    }
+
+    /// A 1 GiB copy on a CUDA device, timed between synchronizations; the best of 5.
+    fn device_copy_bandwidth(device: &Device) -> Option<f64> {
+        let Device::Cuda(index) = *device else {
+            return None;
+        };
+        let sync = || tch::Cuda::synchronize(index as i64);
+        let bytes = 1i64 << 30;
+        let src = tch::Tensor::ones([bytes], (Kind::Uint8, *device));
+        let mut dst = tch::Tensor::empty([bytes], (Kind::Uint8, *device));
+        dst.copy_(&src);
+        sync();
+        let best = (0..5)
+            .map(|_| {
+                let started = std::time::Instant::now();
+                dst.copy_(&src);
+                sync();
+                started.elapsed()
+            })
+            .min()?;
+        Some(2.0 * bytes as f64 / best.as_secs_f64())
+    }
+
+    fn relu(&self) -> Self {
+        Self::wrap(self.0.relu())
+    }
+
+    fn leaky_relu(&self, slope: f32) -> Self {
+        // tch's `leaky_relu` has no slope argument; for slope ≤ 1 the larger of x and
+        // slope · x is the same value.
+        Self::wrap(self.0.maximum(&(&self.0 * f64::from(slope))))
+    }
+
+    fn fused_linear(&self, weight: &Self, fused: Fused<'_, Self>) -> Option<Self> {
+        if self.0.device() != Device::Cpu {
+            return None;
+        }
+        cpu::fused_linear(self, weight, fused)
+    }
+
+    fn linear_rows(&self, weight: &Self, start: usize, len: usize) -> Self {
+        cpu::linear_rows(self, weight, start, len)
+            .unwrap_or_else(|| self.linear(&weight.narrow(0, start, len)))
+    }
+
+    /// On the CPU, [`cpu::pack_for_few_rows`]'s packed panels; elsewhere nothing.
+    fn pack_for_few_rows(parts: &[&Self], products: Products) -> Option<Self> {
+        cpu::pack_for_few_rows(parts, products)
+    }
+
+    fn quantize_weight(&self, format: QuantFormat) -> Option<Self> {
+        cpu::quantize_weight(self, format)
+    }
+
+    unsafe fn from_quantized(
+        device: &Device,
+        blocks: &[u8],
+        format: QuantFormat,
+        shape: [usize; 2],
+        dtype: DType,
+    ) -> Self {
+        if *device != Device::Cpu {
+            let values = super::quantized::dequantize(format, blocks);
+            return Self::from_f32(device, &values, &shape, dtype);
+        }
+        settle_vector_math();
+        cpu::from_blocks(blocks, format, shape)
     }
 
     fn rope_rows(&self, rope: &TchRope, rows: &PoolRows<Self>) -> Self {
@@ -556,42 +601,6 @@ impl Tensor for TchTensor {
         } else {
             masked_pool_attention(q, keys, values, rows, scale)
         }
-    }
-
-    fn prepare_conv_weight(weight: &Self, _kind: ConvKind) -> Self {
-        // libtorch convolutions take PyTorch layouts as they are.
-        weight.clone()
-    }
-
-    fn conv1d(&self, weight: &Self, stride: usize) -> Self {
-        let x = self.0.transpose(1, 2);
-        let y = x.conv1d::<tch::Tensor>(&weight.0, None, [stride as i64], [0], [1], 1);
-        Self::wrap(y.transpose(1, 2))
-    }
-
-    fn conv1d_dilated(&self, weight: &Self, dilation: usize, groups: usize) -> Self {
-        let x = self.0.transpose(1, 2);
-        let y =
-            x.conv1d::<tch::Tensor>(&weight.0, None, [1], [0], [dilation as i64], groups as i64);
-        Self::wrap(y.transpose(1, 2))
-    }
-
-    fn conv_transpose1d(&self, weight: &Self, stride: usize) -> Self {
-        let x = self.0.transpose(1, 2);
-        let y =
-            x.conv_transpose1d::<tch::Tensor>(&weight.0, None, [stride as i64], [0], [0], 1, [1]);
-        Self::wrap(y.transpose(1, 2))
-    }
-
-    fn pad_time(&self, left: usize, right: usize, mode: PadMode) -> Self {
-        let x = self.0.transpose(1, 2);
-        let (mode, value) = match mode {
-            PadMode::Replicate => ("replicate", None),
-            PadMode::Reflect => ("reflect", None),
-            PadMode::Zero => ("constant", Some(0.0)),
-        };
-        let y = x.pad([left as i64, right as i64], mode, value);
-        Self::wrap(y.transpose(1, 2))
     }
 }
 

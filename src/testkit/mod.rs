@@ -25,7 +25,8 @@ use std::path::{Path, PathBuf};
 pub struct FamilyKit {
     /// `make-test-model --preset NAME`.
     pub models: &'static [TestModel],
-    /// The writer's source files: their digest names the cache of what they wrote.
+    /// The source files that decide what the writer writes (its own, and those of the loaders
+    /// that define the keys it writes): their digest names the cache of what it wrote.
     pub sources: &'static [&'static str],
 }
 
@@ -142,6 +143,29 @@ pub struct Spec {
     pub shape: Vec<usize>,
     pub init: Init,
 }
+
+impl Spec {
+    /// A linear weight at `key`, `[out, in]`: unit-variance outputs.
+    pub fn matrix((key, [out, input]): (String, [usize; 2])) -> Self {
+        Spec {
+            key,
+            shape: vec![out, input],
+            init: Init::Linear(input),
+        }
+    }
+
+    /// A norm's weight `[n]`, around one.
+    pub fn norm(key: String, n: usize) -> Self {
+        Spec {
+            key,
+            shape: vec![n],
+            init: NORM,
+        }
+    }
+}
+
+/// How a norm's weights are drawn.
+pub const NORM: Init = Init::Around(1.0, 0.1);
 
 fn fnv1a(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
@@ -260,9 +284,9 @@ pub fn cached_folder(
     }
 }
 
-/// 16 hex digits of a hash of the generators' source files, this module's and every
-/// family's (`std`'s SipHash with fixed keys: the same source gives the same digest in every
-/// build of one toolchain).
+/// 16 hex digits of a hash of the generators' source files, this module's, the shared layers'
+/// that define the keys inside a block, and every family's (`std`'s SipHash with fixed keys:
+/// the same source gives the same digest in every build of one toolchain).
 fn generator_digest() -> String {
     use std::hash::{DefaultHasher, Hash, Hasher};
     let mut hasher = DefaultHasher::new();
@@ -270,6 +294,8 @@ fn generator_digest() -> String {
         include_str!("mod.rs"),
         include_str!("endless.rs"),
         include_str!("tekken.rs"),
+        include_str!("../nn/layers.rs"),
+        include_str!("../nn/decoder.rs"),
     ]
     .hash(&mut hasher);
     for family in registry::families() {

@@ -26,7 +26,7 @@ use voxtral_tts::models::qwen3_tts::{
 use voxtral_tts::nn::layer_probe::{self, LayerOutput};
 use voxtral_tts::tensor::quantized::QuantFormat;
 use voxtral_tts::tensor::tch_backend::TchTensor;
-use voxtral_tts::tensor::{DType, Tensor};
+use voxtral_tts::tensor::{DType, TensorData};
 use voxtral_tts::tokenizers::qwen2::Qwen2Tokenizer;
 
 /// Max abs difference of the prefill and trailing-text embeddings (the goldens' own check of

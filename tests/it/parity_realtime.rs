@@ -14,7 +14,7 @@ use voxtral_tts::models::voxtral_realtime::streaming::{AudioStream, Transcriptio
 use voxtral_tts::models::voxtral_realtime::testkit::cached_test_model;
 use voxtral_tts::models::voxtral_realtime::transcriber::Transcriber;
 use voxtral_tts::tensor::tch_backend::TchTensor;
-use voxtral_tts::tensor::{DType, Tensor};
+use voxtral_tts::tensor::{DType, TensorData};
 use voxtral_tts::tokenizers::tekken::Tekken;
 
 /// Max abs difference from the reference's log-mel (values about −0.6..1.5).

@@ -26,7 +26,7 @@ use voxtral_tts::nn::layer_probe::{self, LayerOutput};
 use voxtral_tts::nn::layers::Loader;
 use voxtral_tts::tensor::quantized::QuantFormat;
 use voxtral_tts::tensor::tch_backend::TchTensor;
-use voxtral_tts::tensor::{DType, Tensor};
+use voxtral_tts::tensor::{DType, Layout, TensorData};
 
 /// Max abs difference of mels, encoder outputs, conditioning latents and GPT latents.
 const TOLERANCE: f32 = 1e-4;

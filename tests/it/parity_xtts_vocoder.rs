@@ -14,7 +14,7 @@ use voxtral_tts::models::xtts::testkit::vocoder::{cached_hifigan_decoder, VOCODE
 use voxtral_tts::nn::checkpoint::Checkpoint;
 use voxtral_tts::nn::layers::Loader;
 use voxtral_tts::tensor::tch_backend::TchTensor;
-use voxtral_tts::tensor::{DType, Tensor};
+use voxtral_tts::tensor::{DType, TensorData};
 
 const SEED: u64 = 18;
 /// The published `decoder_input_dim`.

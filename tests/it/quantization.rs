@@ -19,7 +19,7 @@ use voxtral_tts::models::xtts::testkit::STUDIO_VOICES as XTTS_STUDIO_VOICES;
 use voxtral_tts::nn::layer_probe::{self, LayerOutput};
 use voxtral_tts::tensor::quantized::QuantFormat;
 use voxtral_tts::tensor::tch_backend::TchTensor;
-use voxtral_tts::tensor::{DType, Tensor};
+use voxtral_tts::tensor::{DType, Layout, TensorData};
 
 const CPU: tch::Device = tch::Device::Cpu;
 

@@ -189,7 +189,10 @@ impl<T: Tensor> CodePredictor<T> {
 mod tests {
     use super::*;
     use crate::nn::checkpoint::{random_f32_checkpoint, Checkpoint};
+    use crate::nn::decoder::FINAL_NORM;
+    use crate::nn::layers::{weight, AttentionDims};
     use crate::tensor::tch_backend::TchTensor;
+    use crate::tensor::{Layout, TensorData};
     use rand::{Rng, SeedableRng};
 
     /// The talker's width; the predictor's is half, so the input projection runs. Every
@@ -224,13 +227,9 @@ mod tests {
     /// A random f32 checkpoint of [`config`]'s predictor for a talker `TALKER` wide.
     fn checkpoint(dir: &std::path::Path) -> Checkpoint {
         let c = config();
-        let (q, kv) = (
-            c.num_attention_heads * c.head_dim,
-            c.num_key_value_heads * c.head_dim,
-        );
-        let (h, ff) = (c.hidden_size, c.intermediate_size);
+        let h = c.hidden_size;
         let mut shapes = vec![
-            ("model.norm.weight".to_string(), vec![h]),
+            (format!("model.{FINAL_NORM}"), vec![h]),
             ("small_to_mtp_projection.weight".into(), vec![h, TALKER]),
             ("small_to_mtp_projection.bias".into(), vec![h]),
         ];
@@ -241,21 +240,25 @@ mod tests {
             ));
             shapes.push((format!("lm_head.{j}.weight"), vec![VOCAB, h]));
         }
+        let attention = AttentionDims {
+            dim: h,
+            n_heads: c.num_attention_heads,
+            n_kv_heads: c.num_key_value_heads,
+            head_dim: c.head_dim,
+        };
         for i in 0..c.num_hidden_layers {
-            let p = format!("model.layers.{i}");
-            shapes.extend([
-                (format!("{p}.input_layernorm.weight"), vec![h]),
-                (format!("{p}.post_attention_layernorm.weight"), vec![h]),
-                (format!("{p}.self_attn.q_norm.weight"), vec![c.head_dim]),
-                (format!("{p}.self_attn.k_norm.weight"), vec![c.head_dim]),
-                (format!("{p}.self_attn.q_proj.weight"), vec![q, h]),
-                (format!("{p}.self_attn.k_proj.weight"), vec![kv, h]),
-                (format!("{p}.self_attn.v_proj.weight"), vec![kv, h]),
-                (format!("{p}.self_attn.o_proj.weight"), vec![h, q]),
-                (format!("{p}.mlp.gate_proj.weight"), vec![ff, h]),
-                (format!("{p}.mlp.up_proj.weight"), vec![ff, h]),
-                (format!("{p}.mlp.down_proj.weight"), vec![h, ff]),
-            ]);
+            let keys = DecoderStyle::Qwen3.layer_keys("model.", i);
+            let a = &keys.attention;
+            let norms = [
+                (&keys.attention_norm, h),
+                (&keys.ffn_norm, h),
+                (&a.q_norm, c.head_dim),
+                (&a.k_norm, c.head_dim),
+            ];
+            shapes.extend(norms.map(|(module, n)| (weight(module), vec![n])));
+            let matrices = a.weights(&attention).into_iter();
+            let matrices = matrices.chain(keys.feed_forward.weights(h, c.intermediate_size));
+            shapes.extend(matrices.map(|(key, shape)| (key, shape.to_vec())));
         }
         random_f32_checkpoint(&dir.join("code_predictor.safetensors"), &shapes, 11)
     }

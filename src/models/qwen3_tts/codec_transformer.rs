@@ -7,17 +7,31 @@
 //! stream's kept keys) is each half's own.
 
 use crate::models::qwen3_tts::speech_decoder::convs::LayerNorm;
-use crate::nn::layers::{Loader, RmsNorm};
+use crate::nn::decoder::LayerKeys;
+use crate::nn::layers::{weight as weight_key, Loader, RmsNorm};
 use crate::nn::LoadError;
 use crate::tensor::{DType, Tensor};
 
 /// Which half's layers: their norm and MLP, and the keys they are stored under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Layers {
-    /// The encoder's: LayerNorm, `mlp.fc1` / `mlp.fc2` around a GELU.
+    /// The encoder's: LayerNorm, [`gelu_mlp`] around a GELU.
     Encoder,
-    /// The decoder's: RMSNorm, `mlp.gate_proj`, `mlp.up_proj` and `mlp.down_proj`.
+    /// The decoder's: RMSNorm, and a SwiGLU feed-forward in Hugging Face's names.
     Decoder,
+}
+
+/// Layer `p`'s GELU MLP (the encoder's): the modules of its projections in and out.
+pub(super) fn gelu_mlp(p: &str) -> [String; 2] {
+    [format!("{p}.mlp.fc1"), format!("{p}.mlp.fc2")]
+}
+
+/// Layer `p`'s LayerScale of its attention's and its MLP's outputs: their keys (`[hidden]`).
+pub(super) fn layer_scales(p: &str) -> [String; 2] {
+    [
+        format!("{p}.self_attn_layer_scale.scale"),
+        format!("{p}.mlp_layer_scale.scale"),
+    ]
 }
 
 /// The sizes of a codec transformer, as both halves' configs give them.
@@ -114,43 +128,51 @@ impl<T: Tensor> CodecTransformer<T> {
         let layers = (0..d.layers)
             .map(|i| {
                 let p = format!("layers.{i}");
-                let norm = |name: &str| -> Result<Norm<T>, LoadError> {
+                // The norms, attention and SwiGLU of a Hugging Face layer; the encoder's MLP
+                // and both halves' LayerScales are this transformer's own.
+                let keys = LayerKeys::hugging_face(&p);
+                let norm = |module: &str| -> Result<Norm<T>, LoadError> {
                     Ok(match kind {
-                        Layers::Encoder => Norm::Layer(LayerNorm::load(
-                            l,
-                            &format!("{p}.{name}"),
-                            hidden,
-                            d.norm_eps,
-                        )?),
-                        Layers::Decoder => Norm::Rms(RmsNorm::load(
-                            l,
-                            &format!("{p}.{name}.weight"),
-                            hidden,
-                            d.norm_eps,
-                        )?),
+                        Layers::Encoder => {
+                            Norm::Layer(LayerNorm::load(l, module, hidden, d.norm_eps)?)
+                        }
+                        Layers::Decoder => {
+                            Norm::Rms(RmsNorm::load(l, &weight_key(module), hidden, d.norm_eps)?)
+                        }
                     })
                 };
                 let weight =
-                    |name: &str, shape: [usize; 2]| l.tensor(&format!("{p}.{name}.weight"), &shape);
-                let scale = |name: &str| l.tensor(&format!("{p}.{name}.scale"), &[hidden]);
-                let input_norm = norm("input_layernorm")?;
-                let q = rotated(&format!("{p}.self_attn.q_proj.weight"), q_width)?;
-                let k = rotated(&format!("{p}.self_attn.k_proj.weight"), kv_width)?;
-                let v = weight("self_attn.v_proj", [kv_width, hidden])?;
-                let o = weight("self_attn.o_proj", [hidden, q_width])?;
-                let attention_scale = scale("self_attn_layer_scale")?;
-                let post_attention_norm = norm("post_attention_layernorm")?;
+                    |module: &str, shape: [usize; 2]| l.tensor(&weight_key(module), &shape);
+                let [attention_scale, mlp_scale] = layer_scales(&p);
+                let scale = |key: &str| l.tensor(key, &[hidden]);
+                let a = &keys.attention;
+                let input_norm = norm(&keys.attention_norm)?;
+                let q = rotated(&weight_key(&a.q), q_width)?;
+                let k = rotated(&weight_key(&a.k), kv_width)?;
+                let v = weight(&a.v, [kv_width, hidden])?;
+                let o = weight(&a.o, [hidden, q_width])?;
+                let attention_scale = scale(&attention_scale)?;
+                let post_attention_norm = norm(&keys.ffn_norm)?;
                 let (inner, outer) = ([d.intermediate, hidden], [hidden, d.intermediate]);
                 let mlp = match kind {
-                    Layers::Encoder => Mlp::Gelu {
-                        fc1: weight("mlp.fc1", inner)?,
-                        fc2: weight("mlp.fc2", outer)?,
-                    },
-                    Layers::Decoder => Mlp::GatedSilu {
-                        gate: weight("mlp.gate_proj", inner)?,
-                        up: weight("mlp.up_proj", inner)?,
-                        down: weight("mlp.down_proj", outer)?,
-                    },
+                    Layers::Encoder => {
+                        let [fc1, fc2] = gelu_mlp(&p);
+                        Mlp::Gelu {
+                            fc1: weight(&fc1, inner)?,
+                            fc2: weight(&fc2, outer)?,
+                        }
+                    }
+                    Layers::Decoder => {
+                        let [gate, up, down] = keys
+                            .feed_forward
+                            .weights(hidden, d.intermediate)
+                            .map(|(key, shape)| l.tensor(&key, &shape));
+                        Mlp::GatedSilu {
+                            gate: gate?,
+                            up: up?,
+                            down: down?,
+                        }
+                    }
                 };
                 Ok(Layer {
                     input_norm,
@@ -161,7 +183,7 @@ impl<T: Tensor> CodecTransformer<T> {
                     attention_scale,
                     post_attention_norm,
                     mlp,
-                    mlp_scale: scale("mlp_layer_scale")?,
+                    mlp_scale: scale(&mlp_scale)?,
                 })
             })
             .collect::<Result<Vec<_>, LoadError>>()?;

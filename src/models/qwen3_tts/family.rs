@@ -38,7 +38,11 @@ impl ModelFamily for Qwen3TtsFamily {
         #[cfg(feature = "testkit")]
         testkit: crate::testkit::FamilyKit {
             models: super::testkit::TEST_MODELS,
-            sources: &[include_str!("testkit.rs"), include_str!("keys.rs")],
+            sources: &[
+                include_str!("testkit.rs"),
+                include_str!("keys.rs"),
+                include_str!("codec_transformer.rs"),
+            ],
         },
     };
 

@@ -1,5 +1,9 @@
 //! The checkpoint's key names (`model.safetensors`) that this family spells at its top level:
-//! its loaders read them, and its test checkpoint (`testkit.rs`) writes them.
+//! its loaders read them, and its test checkpoint (`testkit.rs`) writes them. The keys inside
+//! a decoder layer, an attention or a feed-forward block are defined once in `crate::nn`
+//! (`LayerKeys`, `AttentionKeys`, `FeedForwardKeys`, Hugging Face's names); those the codec
+//! transformer adds (its GELU MLP, its LayerScales) in `codec_transformer.rs`; loaders and
+//! writers both read them there.
 
 /// The talker's prefix.
 pub const TALKER: &str = "talker";

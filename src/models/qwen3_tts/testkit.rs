@@ -8,13 +8,16 @@
 //! configs refer to. The speech tokenizer is the same for every preset of one seed, as it is
 //! in the published folders.
 
+use super::codec_transformer::{gelu_mlp, layer_scales};
 use super::config::{
     Qwen3TtsConfig, SpeechDecoderConfig, SpeechEncoderConfig, SpeechTokenizerConfig, TtsModelType,
 };
 use super::keys;
+use crate::nn::decoder::{DecoderStyle, LayerKeys, FINAL_NORM};
+use crate::nn::layers::{weight, AttentionDims};
 use crate::testkit::endless::edit_rows;
 use crate::testkit::{
-    cached_folder, progress_bar, write_safetensors, Init, Spec, Stored, TestModel,
+    cached_folder, progress_bar, write_safetensors, Init, Spec, Stored, TestModel, NORM,
 };
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
@@ -183,7 +186,6 @@ const RESIDUAL_GAIN: f32 = 0.3;
 const WAVEFORM_GAIN: f32 = 0.1;
 
 const BIAS: Init = Init::Around(0.0, 0.1);
-const NORM: Init = Init::Around(1.0, 0.1);
 const EMBEDDING: Init = Init::Around(0.0, 1.0);
 /// SnakeBeta's log-scale alpha and beta.
 const SNAKE: Init = Init::Around(0.0, 0.1);
@@ -395,65 +397,64 @@ struct Stack {
 }
 
 impl Stack {
-    fn attention(&self, t: &mut Tensors, p: &str) {
-        let (q, kv) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
-        t.linear(&format!("{p}.self_attn.q_proj"), q, self.hidden);
-        t.linear(&format!("{p}.self_attn.k_proj"), kv, self.hidden);
-        t.linear(&format!("{p}.self_attn.v_proj"), kv, self.hidden);
-        t.linear(&format!("{p}.self_attn.o_proj"), self.hidden, q);
+    fn attention(&self) -> AttentionDims {
+        AttentionDims {
+            dim: self.hidden,
+            n_heads: self.heads,
+            n_kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+        }
     }
 
-    fn swiglu(&self, t: &mut Tensors, p: &str) {
-        t.linear(
-            &format!("{p}.mlp.gate_proj"),
-            self.intermediate,
-            self.hidden,
-        );
-        t.linear(&format!("{p}.mlp.up_proj"), self.intermediate, self.hidden);
-        t.linear(
-            &format!("{p}.mlp.down_proj"),
-            self.hidden,
-            self.intermediate,
-        );
+    fn attention_weights(&self, t: &mut Tensors, keys: &LayerKeys) {
+        let weights = keys.attention.weights(&self.attention());
+        t.0.extend(weights.map(Spec::matrix));
+    }
+
+    fn swiglu(&self, t: &mut Tensors, keys: &LayerKeys) {
+        let weights = keys.feed_forward.weights(self.hidden, self.intermediate);
+        t.0.extend(weights.map(Spec::matrix));
+    }
+
+    fn norms(&self, t: &mut Tensors, keys: &LayerKeys) {
+        t.norm(weight(&keys.attention_norm), self.hidden);
+        t.norm(weight(&keys.ffn_norm), self.hidden);
     }
 
     /// A Qwen3 decoder layer (talker, code predictor): q/k norms, SwiGLU, two RMSNorms.
-    fn qwen3_layer(&self, t: &mut Tensors, p: &str) {
-        self.attention(t, p);
-        t.norm(format!("{p}.self_attn.q_norm.weight"), self.head_dim);
-        t.norm(format!("{p}.self_attn.k_norm.weight"), self.head_dim);
-        self.swiglu(t, p);
-        t.norm(format!("{p}.input_layernorm.weight"), self.hidden);
-        t.norm(format!("{p}.post_attention_layernorm.weight"), self.hidden);
+    fn qwen3_layer(&self, t: &mut Tensors, keys: &LayerKeys) {
+        self.attention_weights(t, keys);
+        t.norm(weight(&keys.attention.q_norm), self.head_dim);
+        t.norm(weight(&keys.attention.k_norm), self.head_dim);
+        self.swiglu(t, keys);
+        self.norms(t, keys);
     }
 
     /// A speech-decoder layer: no q/k norms, LayerScale after attention and MLP.
     fn decoder_layer(&self, t: &mut Tensors, p: &str) {
-        self.attention(t, p);
-        self.swiglu(t, p);
-        t.norm(format!("{p}.input_layernorm.weight"), self.hidden);
-        t.norm(format!("{p}.post_attention_layernorm.weight"), self.hidden);
-        t.add(
-            format!("{p}.self_attn_layer_scale.scale"),
-            &[self.hidden],
-            SCALE,
-        );
-        t.add(format!("{p}.mlp_layer_scale.scale"), &[self.hidden], SCALE);
+        let keys = LayerKeys::hugging_face(p);
+        self.attention_weights(t, &keys);
+        self.swiglu(t, &keys);
+        self.norms(t, &keys);
+        self.layer_scales(t, p);
     }
 
     /// A Mimi encoder layer: GELU MLP without biases, LayerNorms with biases, LayerScale.
     fn mimi_layer(&self, t: &mut Tensors, p: &str) {
-        self.attention(t, p);
-        t.linear(&format!("{p}.mlp.fc1"), self.intermediate, self.hidden);
-        t.linear(&format!("{p}.mlp.fc2"), self.hidden, self.intermediate);
-        t.layer_norm(&format!("{p}.input_layernorm"), self.hidden);
-        t.layer_norm(&format!("{p}.post_attention_layernorm"), self.hidden);
-        t.add(
-            format!("{p}.self_attn_layer_scale.scale"),
-            &[self.hidden],
-            SCALE,
-        );
-        t.add(format!("{p}.mlp_layer_scale.scale"), &[self.hidden], SCALE);
+        let keys = LayerKeys::hugging_face(p);
+        self.attention_weights(t, &keys);
+        let [fc1, fc2] = gelu_mlp(p);
+        t.linear(&fc1, self.intermediate, self.hidden);
+        t.linear(&fc2, self.hidden, self.intermediate);
+        t.layer_norm(&keys.attention_norm, self.hidden);
+        t.layer_norm(&keys.ffn_norm, self.hidden);
+        self.layer_scales(t, p);
+    }
+
+    fn layer_scales(&self, t: &mut Tensors, p: &str) {
+        for key in layer_scales(p) {
+            t.add(key, &[self.hidden], SCALE);
+        }
     }
 }
 
@@ -469,10 +470,10 @@ fn model_specs(cfg: &Qwen3TtsConfig) -> Vec<Spec> {
         head_dim: talker.head_dim,
     };
     for i in 0..talker.num_hidden_layers {
-        stack.qwen3_layer(&mut t, &format!("talker.model.layers.{i}"));
+        stack.qwen3_layer(&mut t, &DecoderStyle::Qwen3.layer_keys("talker.model.", i));
     }
     let h = talker.hidden_size;
-    t.norm("talker.model.norm.weight".into(), h);
+    t.norm(format!("talker.model.{FINAL_NORM}"), h);
     t.add(
         "talker.model.codec_embedding.weight".into(),
         &[talker.vocab_size, h],
@@ -507,9 +508,10 @@ fn model_specs(cfg: &Qwen3TtsConfig) -> Vec<Spec> {
     };
     let p = keys::CODE_PREDICTOR;
     for i in 0..cp.num_hidden_layers {
-        stack.qwen3_layer(&mut t, &format!("{p}.model.layers.{i}"));
+        let keys = DecoderStyle::Qwen3.layer_keys(&format!("{p}.model."), i);
+        stack.qwen3_layer(&mut t, &keys);
     }
-    t.norm(format!("{p}.model.norm.weight"), cp.hidden_size);
+    t.norm(format!("{p}.model.{FINAL_NORM}"), cp.hidden_size);
     // Codebooks 1..15 are embedded at the talker's width, then projected.
     for j in 0..cp.num_code_groups - 1 {
         t.add(

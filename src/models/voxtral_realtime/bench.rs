@@ -13,7 +13,7 @@ use crate::device::OnBackend;
 use crate::nn::checkpoint::Checkpoint;
 use crate::tensor::cpu_gemv::Variant;
 use crate::tensor::tch_backend::TchTensor;
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{DType, Tensor, TensorData};
 use anyhow::{Context, Result};
 use serde_json::json;
 use std::path::{Path, PathBuf};

@@ -6,8 +6,9 @@
 use super::conv_stem::ConvStem;
 use super::keys;
 use super::params::Config;
+use crate::nn::decoder::LayerKeys;
 use crate::nn::layer_probe;
-use crate::nn::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
+use crate::nn::layers::{self, AttentionDims, AttentionProj, FeedForward, Loader, RmsNorm};
 use crate::nn::mask::sliding_window_mask;
 use crate::nn::LoadError;
 use crate::tensor::Tensor;
@@ -25,30 +26,33 @@ struct EncoderLayer<T> {
     w2_bias: T,
 }
 
-fn bias<T: Tensor>(l: &Loader<T>, key: &str, len: usize) -> Result<T, LoadError> {
-    Ok(l.tensor(key, &[len])?.reshape(&[1, 1, len]))
+/// The bias of `module`, `[1, 1, len]`.
+fn bias<T: Tensor>(l: &Loader<T>, module: &str, len: usize) -> Result<T, LoadError> {
+    Ok(l.tensor(&layers::bias(module), &[len])?
+        .reshape(&[1, 1, len]))
 }
 
 impl<T: Tensor> EncoderLayer<T> {
-    fn load(l: &Loader<T>, c: &Config) -> Result<Self, LoadError> {
+    fn load(l: &Loader<T>, keys: &LayerKeys, c: &Config) -> Result<Self, LoadError> {
         let e = &c.encoder;
         let width = e.n_heads * e.head_dim;
+        let norm = |module: &str| RmsNorm::load(l, &layers::weight(module), e.dim, e.norm_eps);
+        let dims = AttentionDims {
+            dim: e.dim,
+            n_heads: e.n_heads,
+            n_kv_heads: e.n_heads,
+            head_dim: e.head_dim,
+        };
+        let (a, ff) = (&keys.attention, &keys.feed_forward);
         Ok(EncoderLayer {
-            attention_norm: RmsNorm::load(l, "attention_norm.weight", e.dim, e.norm_eps)?,
-            attention: AttentionProj::load(
-                l,
-                "attention",
-                e.dim,
-                e.n_heads,
-                e.n_heads,
-                e.head_dim,
-            )?,
-            q_bias: bias(l, keys::QUERY_BIAS, width)?,
-            v_bias: bias(l, keys::VALUE_BIAS, width)?,
-            o_bias: bias(l, keys::OUTPUT_BIAS, e.dim)?,
-            ffn_norm: RmsNorm::load(l, "ffn_norm.weight", e.dim, e.norm_eps)?,
-            feed_forward: FeedForward::load(l, "feed_forward", e.dim, e.hidden_dim)?,
-            w2_bias: bias(l, keys::DOWN_BIAS, e.dim)?,
+            attention_norm: norm(&keys.attention_norm)?,
+            attention: AttentionProj::load(l, a, &dims)?,
+            q_bias: bias(l, &a.q, width)?,
+            v_bias: bias(l, &a.v, width)?,
+            o_bias: bias(l, &a.o, e.dim)?,
+            ffn_norm: norm(&keys.ffn_norm)?,
+            feed_forward: FeedForward::load(l, ff, e.dim, e.hidden_dim)?,
+            w2_bias: bias(l, &ff.down, e.dim)?,
         })
     }
 
@@ -132,7 +136,7 @@ impl<T: Tensor> Encoder<T> {
     pub fn load(l: &Loader<T>, c: &Config, max_frames: usize) -> Result<Self, LoadError> {
         let e = &c.encoder;
         let layers = (0..e.n_layers)
-            .map(|i| EncoderLayer::load(&l.scoped(&keys::encoder_layer(i)), c))
+            .map(|i| EncoderLayer::load(l, &LayerKeys::mistral(&keys::encoder_layer(i)), c))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Encoder {
             stem: ConvStem::load(l, c.mel.num_mel_bins, e.dim)?,

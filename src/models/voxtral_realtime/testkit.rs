@@ -7,6 +7,8 @@
 //! audio crosses them.
 
 use super::keys;
+use crate::nn::decoder::{DecoderStyle, LayerKeys, FINAL_NORM};
+use crate::nn::layers::{self, weight, AttentionDims};
 use crate::testkit::endless::edit_rows;
 use crate::testkit::tekken::write_tekken;
 use crate::testkit::{
@@ -144,7 +146,7 @@ fn tekken_audio() -> serde_json::Value {
     })
 }
 
-/// Every tensor of the published layout, in file order.
+/// Every tensor of the published layout.
 fn specs(d: &SttDims) -> Vec<Spec> {
     let mut out = Vec::new();
     let mut push = |key: String, shape: Vec<usize>, init: Init| out.push(Spec { key, shape, init });
@@ -162,51 +164,40 @@ fn specs(d: &SttDims) -> Vec<Spec> {
         );
         push(format!("{p}.bias"), vec![ed], bias);
     }
+    let encoder_attention = AttentionDims {
+        dim: ed,
+        n_heads: d.enc_heads,
+        n_kv_heads: d.enc_heads,
+        head_dim: d.enc_head_dim,
+    };
     for l in 0..d.enc_layers {
-        let p = format!("{w}{}", keys::encoder_layer(l));
-        push(format!("{p}attention_norm.weight"), vec![ed], norm);
-        push(format!("{p}ffn_norm.weight"), vec![ed], norm);
-        push(
-            format!("{p}attention.wq.weight"),
-            vec![eh, ed],
-            Init::Linear(ed),
-        );
-        push(format!("{p}{}", keys::QUERY_BIAS), vec![eh], bias);
+        let layer = LayerKeys::mistral(&format!("{w}{}", keys::encoder_layer(l)));
+        let (a, ff) = (&layer.attention, &layer.feed_forward);
+        let [q, k, v, o] = a.weights(&encoder_attention);
+        let [gate, up, down] = ff.weights(ed, d.enc_hidden);
+        let with_bias = |module: &str, n: usize| Spec {
+            key: layers::bias(module),
+            shape: vec![n],
+            init: bias,
+        };
         // The published checkpoint has no wk bias (vLLM loads a zero one).
-        push(
-            format!("{p}attention.wk.weight"),
-            vec![eh, ed],
-            Init::Linear(ed),
-        );
-        push(
-            format!("{p}attention.wv.weight"),
-            vec![eh, ed],
-            Init::Linear(ed),
-        );
-        push(format!("{p}{}", keys::VALUE_BIAS), vec![eh], bias);
-        push(
-            format!("{p}attention.wo.weight"),
-            vec![ed, eh],
-            Init::Linear(eh),
-        );
-        push(format!("{p}{}", keys::OUTPUT_BIAS), vec![ed], bias);
-        push(
-            format!("{p}feed_forward.w1.weight"),
-            vec![d.enc_hidden, ed],
-            Init::Linear(ed),
-        );
-        push(
-            format!("{p}feed_forward.w2.weight"),
-            vec![ed, d.enc_hidden],
-            Init::Linear(d.enc_hidden),
-        );
-        push(format!("{p}{}", keys::DOWN_BIAS), vec![ed], bias);
-        push(
-            format!("{p}feed_forward.w3.weight"),
-            vec![d.enc_hidden, ed],
-            Init::Linear(ed),
-        );
+        out.extend([
+            Spec::norm(weight(&layer.attention_norm), ed),
+            Spec::norm(weight(&layer.ffn_norm), ed),
+            Spec::matrix(q),
+            with_bias(&a.q, eh),
+            Spec::matrix(k),
+            Spec::matrix(v),
+            with_bias(&a.v, eh),
+            Spec::matrix(o),
+            with_bias(&a.o, ed),
+            Spec::matrix(gate),
+            Spec::matrix(down),
+            with_bias(&ff.down, ed),
+            Spec::matrix(up),
+        ]);
     }
+    let mut push = |key: String, shape: Vec<usize>, init: Init| out.push(Spec { key, shape, init });
     push(format!("{w}{}", keys::ENCODER_NORM), vec![ed], norm);
     let stacked = ed * DOWNSAMPLE_FACTOR;
     push(
@@ -232,46 +223,22 @@ fn specs(d: &SttDims) -> Vec<Spec> {
             loud: 0.05,
         },
     );
-    let (q, kv) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
+    let attention = AttentionDims {
+        dim: d.dim,
+        n_heads: d.heads,
+        n_kv_heads: d.kv_heads,
+        head_dim: d.head_dim,
+    };
     for l in 0..d.layers {
-        let p = format!("layers.{l}");
-        push(format!("{p}.attention_norm.weight"), vec![d.dim], norm);
-        push(format!("{p}.ffn_norm.weight"), vec![d.dim], norm);
-        push(
-            format!("{p}.attention.wq.weight"),
-            vec![q, d.dim],
-            Init::Linear(d.dim),
-        );
-        push(
-            format!("{p}.attention.wk.weight"),
-            vec![kv, d.dim],
-            Init::Linear(d.dim),
-        );
-        push(
-            format!("{p}.attention.wv.weight"),
-            vec![kv, d.dim],
-            Init::Linear(d.dim),
-        );
-        push(
-            format!("{p}.attention.wo.weight"),
-            vec![d.dim, q],
-            Init::Linear(q),
-        );
-        push(
-            format!("{p}.feed_forward.w1.weight"),
-            vec![d.hidden, d.dim],
-            Init::Linear(d.dim),
-        );
-        push(
-            format!("{p}.feed_forward.w2.weight"),
-            vec![d.dim, d.hidden],
-            Init::Linear(d.hidden),
-        );
-        push(
-            format!("{p}.feed_forward.w3.weight"),
-            vec![d.hidden, d.dim],
-            Init::Linear(d.dim),
-        );
+        let layer = DecoderStyle::Mistral.layer_keys("", l);
+        let [q, k, v, o] = layer.attention.weights(&attention);
+        let [gate, up, down] = layer.feed_forward.weights(d.dim, d.hidden);
+        push(weight(&layer.attention_norm), vec![d.dim], norm);
+        push(weight(&layer.ffn_norm), vec![d.dim], norm);
+        // In Mistral's file order: w1, w2, w3.
+        for spec in [q, k, v, o, gate, down, up].map(Spec::matrix) {
+            push(spec.key, spec.shape, spec.init);
+        }
         let conditioning = keys::delay_conditioning(l);
         push(
             format!("{conditioning}.0.weight"),
@@ -285,7 +252,7 @@ fn specs(d: &SttDims) -> Vec<Spec> {
             Init::Around(0.0, 0.1),
         );
     }
-    push("norm.weight".into(), vec![d.dim], norm);
+    push(FINAL_NORM.into(), vec![d.dim], norm);
     out
 }
 

@@ -15,7 +15,7 @@ use crate::tensor::cpu_gemv::{sampled_f32_flops, Variant};
 use crate::tensor::quantized::{QuantFormat, GROUP};
 use crate::tensor::tch_backend::TchTensor;
 use crate::tensor::{linear_multiply_adds, timed_products};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{DType, Tensor, TensorData};
 use anyhow::{Context, Result};
 use serde_json::json;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,8 @@
 
 use super::keys;
 use super::params::{Config, NUM_AUDIO_SPECIAL_CODES};
-use crate::nn::layers::{AttentionProj, FeedForward, Loader, RmsNorm};
+use crate::nn::decoder::LayerKeys;
+use crate::nn::layers::{weight, AttentionDims, AttentionProj, FeedForward, Loader, RmsNorm};
 use crate::nn::LoadError;
 use crate::tensor::{ConvKind, DType, PadMode, Tensor};
 use std::collections::HashMap;
@@ -497,49 +498,43 @@ impl<'a, T: Tensor> WindowBias<'a, T> {
     }
 }
 
+/// The keys of a codec layer's scales of its attention and feed-forward outputs (`[dim]`, with
+/// `layer_scale`), under the layer's prefix `p`.
+pub fn layer_scales(p: &str) -> [String; 2] {
+    [format!("{p}.attention_scale"), format!("{p}.ffn_scale")]
+}
+
 impl<T: Tensor> CodecLayer<T> {
     fn load(l: &Loader<T>, p: &str, cfg: &Config) -> Result<Self, LoadError> {
         let c = cfg.codec();
-        let a = AttentionProj::load(
-            l,
-            &format!("{p}.attention"),
-            c.dim,
-            c.n_heads,
-            c.n_kv_heads,
-            c.head_dim,
-        )?;
+        let keys = LayerKeys::mistral(p);
+        let k = &keys.attention;
+        let dims = AttentionDims {
+            dim: c.dim,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+        };
         let (qw, kw) = (c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
-        let qk = |name: &str, width: usize| -> Result<Option<RmsNorm<T>>, LoadError> {
+        let qk = |module: &str, width: usize| -> Result<Option<RmsNorm<T>>, LoadError> {
             c.qk_norm
-                .then(|| {
-                    RmsNorm::load(
-                        l,
-                        &format!("{p}.attention.{name}.weight"),
-                        width,
-                        c.qk_norm_eps,
-                    )
-                })
+                .then(|| RmsNorm::load(l, &weight(module), width, c.qk_norm_eps))
                 .transpose()
         };
-        let scale = |name: &str| -> Result<Option<T>, LoadError> {
-            c.layer_scale
-                .then(|| l.tensor(&format!("{p}.{name}"), &[c.dim]))
-                .transpose()
+        let scale = |key: String| -> Result<Option<T>, LoadError> {
+            c.layer_scale.then(|| l.tensor(&key, &[c.dim])).transpose()
         };
+        let [attention_scale, ffn_scale] = layer_scales(p);
+        let norm = |module: &str| RmsNorm::load(l, &weight(module), c.dim, c.norm_eps);
         Ok(CodecLayer {
-            attention_norm: RmsNorm::load(
-                l,
-                &format!("{p}.attention_norm.weight"),
-                c.dim,
-                c.norm_eps,
-            )?,
-            q_norm: qk("q_norm", qw)?,
-            k_norm: qk("k_norm", kw)?,
-            attention: a,
-            ffn_norm: RmsNorm::load(l, &format!("{p}.ffn_norm.weight"), c.dim, c.norm_eps)?,
-            feed_forward: FeedForward::load(l, &format!("{p}.feed_forward"), c.dim, c.hidden_dim)?,
-            attention_scale: scale("attention_scale")?,
-            ffn_scale: scale("ffn_scale")?,
+            attention_norm: norm(&keys.attention_norm)?,
+            q_norm: qk(&k.q_norm, qw)?,
+            k_norm: qk(&k.k_norm, kw)?,
+            attention: AttentionProj::load(l, k, &dims)?,
+            ffn_norm: norm(&keys.ffn_norm)?,
+            feed_forward: FeedForward::load(l, &keys.feed_forward, c.dim, c.hidden_dim)?,
+            attention_scale: scale(attention_scale)?,
+            ffn_scale: scale(ffn_scale)?,
         })
     }
 

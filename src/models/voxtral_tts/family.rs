@@ -31,7 +31,11 @@ impl ModelFamily for VoxtralTtsFamily {
         #[cfg(feature = "testkit")]
         testkit: crate::testkit::FamilyKit {
             models: super::testkit::TEST_MODELS,
-            sources: &[include_str!("testkit.rs"), include_str!("keys.rs")],
+            sources: &[
+                include_str!("testkit.rs"),
+                include_str!("keys.rs"),
+                include_str!("codec.rs"),
+            ],
         },
     };
 

@@ -4,7 +4,10 @@
 
 use super::keys;
 use super::params::{Config, END_AUDIO_CODE, NUM_AUDIO_SPECIAL_CODES};
-use crate::nn::layers::{time_embedding, AttentionProj, FeedForward, Loader, RmsNorm};
+use crate::nn::decoder::LayerKeys;
+use crate::nn::layers::{
+    time_embedding, weight, AttentionDims, AttentionProj, FeedForward, Loader, RmsNorm,
+};
 use crate::nn::LoadError;
 use crate::tensor::{DType, Products, Tensor};
 use std::cell::RefCell;
@@ -152,31 +155,21 @@ impl<T: Tensor> FlowHead<T> {
         let am = cfg.audio_model();
         let (dim, n_ac) = (at.dim, am.n_acoustic_codebook);
         let p = keys::FLOW_HEAD;
+        let dims = AttentionDims {
+            dim,
+            n_heads: at.n_heads,
+            n_kv_heads: at.n_kv_heads,
+            head_dim: at.head_dim,
+        };
+        let norm = |module: &str| RmsNorm::load(l, &weight(module), dim, at.norm_eps);
         let layers = (0..at.n_layers)
             .map(|i| {
-                let lp = format!("{p}.layers.{i}");
+                let keys = LayerKeys::mistral(&format!("{p}.layers.{i}"));
                 Ok(FlowLayer {
-                    attention_norm: RmsNorm::load(
-                        l,
-                        &format!("{lp}.attention_norm.weight"),
-                        dim,
-                        at.norm_eps,
-                    )?,
-                    attention: AttentionProj::load(
-                        l,
-                        &format!("{lp}.attention"),
-                        dim,
-                        at.n_heads,
-                        at.n_kv_heads,
-                        at.head_dim,
-                    )?,
-                    ffn_norm: RmsNorm::load(l, &format!("{lp}.ffn_norm.weight"), dim, at.norm_eps)?,
-                    feed_forward: FeedForward::load(
-                        l,
-                        &format!("{lp}.feed_forward"),
-                        dim,
-                        at.hidden_dim,
-                    )?,
+                    attention_norm: norm(&keys.attention_norm)?,
+                    attention: AttentionProj::load(l, &keys.attention, &dims)?,
+                    ffn_norm: norm(&keys.ffn_norm)?,
+                    feed_forward: FeedForward::load(l, &keys.feed_forward, dim, at.hidden_dim)?,
                 })
             })
             .collect::<Result<Vec<_>, LoadError>>()?;

@@ -1,7 +1,9 @@
 //! The checkpoint's key names (`consolidated.safetensors`) that this family spells: its
 //! loaders read them, and its test checkpoint (`testkit.rs`) writes them. The keys inside a
-//! norm, an attention or a feed-forward block, and the backbone's (`layers.N`, `norm`), are
-//! the shared layers' (`crate::nn`).
+//! layer, an attention or a feed-forward block, and the backbone's (`layers.N`, `norm`), are
+//! defined once in `crate::nn` (`LayerKeys::mistral`, `DecoderStyle::layer_keys`,
+//! `FINAL_NORM`); a codec layer's scales in `codec.rs` (`layer_scales`); loaders and writers
+//! both read them there.
 
 /// The text token embeddings (the backbone's tied head).
 pub const TOKEN_EMBEDDINGS: &str = "mm_audio_embeddings.tok_embeddings.weight";

@@ -4,14 +4,17 @@
 //! Deterministic per seed: every tensor draws from its own stream, seeded by the run seed and
 //! the tensor's key.
 
+use super::codec::layer_scales;
 use super::keys;
 use super::params::{Config, ModelArgs, END_AUDIO_CODE};
 use super::voices::VOICE_DIR;
+use crate::nn::decoder::{DecoderStyle, LayerKeys, FINAL_NORM};
+use crate::nn::layers::{weight, AttentionDims};
 use crate::testkit::endless::edit_rows;
 use crate::testkit::tekken::write_test_tekken;
 use crate::testkit::{
     cached_folder, progress_bar, rng_for, write_safetensors, write_values, Init, Spec, Stored,
-    TestModel,
+    TestModel, NORM,
 };
 use anyhow::{Context, Result};
 use clap::ValueEnum;
@@ -239,57 +242,23 @@ fn specs(cfg: &Config, d: &Dims) -> Vec<Spec> {
         vec![cfg.audio_embedding_rows, a.dim],
         Init::Around(0.0, 0.3),
     );
-    let mut transformer =
-        |p: &str, dim: usize, heads: usize, kv: usize, hd: usize, hidden: usize| {
-            push(
-                format!("{p}.attention.wq.weight"),
-                vec![heads * hd, dim],
-                Init::Linear(dim),
-            );
-            push(
-                format!("{p}.attention.wk.weight"),
-                vec![kv * hd, dim],
-                Init::Linear(dim),
-            );
-            push(
-                format!("{p}.attention.wv.weight"),
-                vec![kv * hd, dim],
-                Init::Linear(dim),
-            );
-            push(
-                format!("{p}.attention.wo.weight"),
-                vec![dim, heads * hd],
-                Init::Linear(heads * hd),
-            );
-            push(
-                format!("{p}.attention_norm.weight"),
-                vec![dim],
-                Init::Around(1.0, 0.1),
-            );
-            push(
-                format!("{p}.ffn_norm.weight"),
-                vec![dim],
-                Init::Around(1.0, 0.1),
-            );
-            push(
-                format!("{p}.feed_forward.w1.weight"),
-                vec![hidden, dim],
-                Init::Linear(dim),
-            );
-            push(
-                format!("{p}.feed_forward.w2.weight"),
-                vec![dim, hidden],
-                Init::Linear(hidden),
-            );
-            push(
-                format!("{p}.feed_forward.w3.weight"),
-                vec![hidden, dim],
-                Init::Linear(dim),
-            );
+    let mut transformer = |keys: LayerKeys, dim, heads, kv, head_dim, hidden| {
+        let attention = AttentionDims {
+            dim,
+            n_heads: heads,
+            n_kv_heads: kv,
+            head_dim,
         };
+        let [gate, up, down] = keys.feed_forward.weights(dim, hidden);
+        out.extend(keys.attention.weights(&attention).map(Spec::matrix));
+        out.push(Spec::norm(weight(&keys.attention_norm), dim));
+        out.push(Spec::norm(weight(&keys.ffn_norm), dim));
+        // In Mistral's file order: w1, w2, w3.
+        out.extend([gate, down, up].map(Spec::matrix));
+    };
     for i in 0..a.n_layers {
         transformer(
-            &format!("layers.{i}"),
+            DecoderStyle::Mistral.layer_keys("", i),
             a.dim,
             a.n_heads,
             a.n_kv_heads,
@@ -300,7 +269,7 @@ fn specs(cfg: &Config, d: &Dims) -> Vec<Spec> {
     let at = cfg.flow();
     for i in 0..at.n_layers {
         transformer(
-            &format!("{}.layers.{i}", keys::FLOW_HEAD),
+            LayerKeys::mistral(&format!("{}.layers.{i}", keys::FLOW_HEAD)),
             at.dim,
             at.n_heads,
             at.n_kv_heads,
@@ -313,10 +282,19 @@ fn specs(cfg: &Config, d: &Dims) -> Vec<Spec> {
     for (j, st) in cfg.codec_stages.iter().enumerate() {
         for l in 0..st.n_layers {
             let p = format!("{}.decoder_blocks.{}.layers.{l}", keys::CODEC, 2 * j + 1);
-            transformer(&p, c.dim, c.n_heads, c.n_kv_heads, c.head_dim, c.hidden_dim);
+            let keys = LayerKeys::mistral(&p);
+            transformer(
+                keys,
+                c.dim,
+                c.n_heads,
+                c.n_kv_heads,
+                c.head_dim,
+                c.hidden_dim,
+            );
         }
     }
-    push("norm.weight".into(), vec![a.dim], Init::Around(1.0, 0.1));
+    let mut push = |key: String, shape: Vec<usize>, init: Init| out.push(Spec { key, shape, init });
+    push(FINAL_NORM.into(), vec![a.dim], NORM);
     let p = keys::FLOW_HEAD;
     push(
         format!("{p}.input_projection.weight"),
@@ -373,26 +351,20 @@ fn specs(cfg: &Config, d: &Dims) -> Vec<Spec> {
         let block = 2 * j + 1;
         for l in 0..cfg.codec_stages[j].n_layers {
             let lp = format!("{t}.decoder_blocks.{block}.layers.{l}");
+            let attention = LayerKeys::mistral(&lp).attention;
             push(
-                format!("{lp}.attention.q_norm.weight"),
+                weight(&attention.q_norm),
                 vec![c.n_heads * c.head_dim],
-                Init::Around(1.0, 0.1),
+                NORM,
             );
             push(
-                format!("{lp}.attention.k_norm.weight"),
+                weight(&attention.k_norm),
                 vec![c.n_kv_heads * c.head_dim],
-                Init::Around(1.0, 0.1),
+                NORM,
             );
-            push(
-                format!("{lp}.attention_scale"),
-                vec![c.dim],
-                Init::Around(0.1, 0.05),
-            );
-            push(
-                format!("{lp}.ffn_scale"),
-                vec![c.dim],
-                Init::Around(0.1, 0.05),
-            );
+            for scale in layer_scales(&lp) {
+                push(scale, vec![c.dim], Init::Around(0.1, 0.05));
+            }
         }
     }
     push(

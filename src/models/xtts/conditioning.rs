@@ -5,6 +5,7 @@
 //! perceiver, and the chunks' latents averaged. Whatever the audio, the result is `[1, 32, D]`.
 
 use super::cloning_mel::{CloningMel, MELS, SAMPLE_RATE};
+use super::keys;
 use super::layers::{GroupNorm, Projection};
 use super::reference_audio::prepare_reference;
 use crate::nn::layers::{Linear, Loader};
@@ -15,8 +16,8 @@ use crate::tensor::Tensor;
 pub const LATENTS: usize = 32;
 const PERCEIVER_HEADS: usize = 8;
 const PERCEIVER_HEAD_DIM: usize = 64;
-const PERCEIVER_DEPTH: usize = 2;
-const CONDITIONING_BLOCKS: usize = 6;
+pub const PERCEIVER_DEPTH: usize = 2;
+pub const CONDITIONING_BLOCKS: usize = 6;
 /// Chunks shorter than this are skipped (`MIN_AUDIO_SECONDS`).
 const MIN_CHUNK_SECONDS: f64 = 0.33;
 
@@ -49,12 +50,36 @@ struct AttentionBlock<T: Tensor> {
     heads: usize,
 }
 
+/// Where an attention block's modules are stored, each holding a `.weight` and a `.bias`.
+pub struct AttentionBlockKeys {
+    pub norm: String,
+    pub qkv: String,
+    pub proj_out: String,
+}
+
+impl AttentionBlockKeys {
+    /// Block `i`'s, under the conditioning encoder's `prefix`.
+    pub fn new(prefix: &str, i: usize) -> Self {
+        let p = |name: &str| format!("{prefix}attn.{i}.{name}");
+        AttentionBlockKeys {
+            norm: p("norm"),
+            qkv: p("qkv"),
+            proj_out: p("proj_out"),
+        }
+    }
+}
+
 impl<T: Tensor> AttentionBlock<T> {
-    fn load(l: &Loader<T>, prefix: &str, dim: usize, heads: usize) -> Result<Self, LoadError> {
+    fn load(
+        l: &Loader<T>,
+        keys: &AttentionBlockKeys,
+        dim: usize,
+        heads: usize,
+    ) -> Result<Self, LoadError> {
         Ok(AttentionBlock {
-            norm: GroupNorm::load(l, &format!("{prefix}.norm"), dim, group_count(dim))?,
-            qkv: Projection::pointwise_conv(l, &format!("{prefix}.qkv"), dim, 3 * dim)?,
-            proj_out: Projection::pointwise_conv(l, &format!("{prefix}.proj_out"), dim, dim)?,
+            norm: GroupNorm::load(l, &keys.norm, dim, group_count(dim))?,
+            qkv: Projection::pointwise_conv(l, &keys.qkv, dim, 3 * dim)?,
+            proj_out: Projection::pointwise_conv(l, &keys.proj_out, dim, dim)?,
             heads,
         })
     }
@@ -89,7 +114,7 @@ impl<T: Tensor> ConditioningEncoder<T> {
         Ok(ConditioningEncoder {
             init: Projection::pointwise_conv(l, "init", MELS, dim)?,
             blocks: (0..CONDITIONING_BLOCKS)
-                .map(|i| AttentionBlock::load(l, &format!("attn.{i}"), dim, heads))
+                .map(|i| AttentionBlock::load(l, &AttentionBlockKeys::new("", i), dim, heads))
                 .collect::<Result<_, _>>()?,
         })
     }
@@ -113,22 +138,54 @@ struct PerceiverLayer<T> {
     geglu: usize,
 }
 
+/// Where a perceiver layer's projections are stored: the attention's (`.weight` only), then
+/// the feed-forward's (`.weight` and `.bias`).
+pub struct PerceiverLayerKeys {
+    pub to_q: String,
+    pub to_kv: String,
+    pub to_out: String,
+    pub expand: String,
+    pub contract: String,
+}
+
+impl PerceiverLayerKeys {
+    /// Layer `i`'s, under the perceiver's `prefix`.
+    pub fn new(prefix: &str, i: usize) -> Self {
+        let p = |name: &str| format!("{prefix}layers.{i}.{name}");
+        PerceiverLayerKeys {
+            to_q: p("0.to_q"),
+            to_kv: p("0.to_kv"),
+            to_out: p("0.to_out"),
+            expand: p("1.0"),
+            contract: p("1.2"),
+        }
+    }
+}
+
+/// The perceiver's attention width: 8 heads of 64.
+pub const PERCEIVER_INNER: usize = PERCEIVER_HEADS * PERCEIVER_HEAD_DIM;
+
+/// The width of a perceiver layer's GEGLU for latents `dim` wide.
+pub fn geglu_width(dim: usize) -> usize {
+    dim * 4 * 2 / 3
+}
+
 impl<T: Tensor> PerceiverLayer<T> {
-    fn load(l: &Loader<T>, prefix: &str, dim: usize) -> Result<Self, LoadError> {
-        let inner = PERCEIVER_HEADS * PERCEIVER_HEAD_DIM;
-        let geglu = dim * 4 * 2 / 3;
+    fn load(l: &Loader<T>, keys: &PerceiverLayerKeys, dim: usize) -> Result<Self, LoadError> {
+        let inner = PERCEIVER_INNER;
+        let geglu = geglu_width(dim);
         Ok(PerceiverLayer {
-            to_q: Linear::load(l, &format!("{prefix}.0.to_q"), inner, dim, false)?,
-            to_kv: Linear::load(l, &format!("{prefix}.0.to_kv"), 2 * inner, dim, false)?,
-            to_out: Linear::load(l, &format!("{prefix}.0.to_out"), dim, inner, false)?,
-            expand: Linear::load(l, &format!("{prefix}.1.0"), 2 * geglu, dim, true)?,
-            contract: Linear::load(l, &format!("{prefix}.1.2"), dim, geglu, true)?,
+            to_q: Linear::load(l, &keys.to_q, inner, dim, false)?,
+            to_kv: Linear::load(l, &keys.to_kv, 2 * inner, dim, false)?,
+            to_out: Linear::load(l, &keys.to_out, dim, inner, false)?,
+            expand: Linear::load(l, &keys.expand, 2 * geglu, dim, true)?,
+            contract: Linear::load(l, &keys.contract, dim, geglu, true)?,
             geglu,
         })
     }
 
     fn forward(&self, latents: &T, context: &T) -> T {
-        let inner = PERCEIVER_HEADS * PERCEIVER_HEAD_DIM;
+        let inner = PERCEIVER_INNER;
         let heads = |x: &T| {
             let s = x.shape();
             x.reshape(&[s[0], s[1], PERCEIVER_HEADS, PERCEIVER_HEAD_DIM])
@@ -167,7 +224,7 @@ impl<T: Tensor> Perceiver<T> {
                 .tensor("latents", &[LATENTS, dim])?
                 .reshape(&[1, LATENTS, dim]),
             layers: (0..PERCEIVER_DEPTH)
-                .map(|i| PerceiverLayer::load(l, &format!("layers.{i}"), dim))
+                .map(|i| PerceiverLayer::load(l, &PerceiverLayerKeys::new("", i), dim))
                 .collect::<Result<_, _>>()?,
             gamma: l.tensor("norm.gamma", &[dim])?,
         })
@@ -200,8 +257,12 @@ impl<T: Tensor> Conditioner<T> {
     pub fn load(l: &Loader<T>, dim: usize, heads: usize) -> Result<Self, LoadError> {
         Ok(Conditioner {
             mel: CloningMel::new(l.host_f32("mel_stats", &[MELS])?),
-            encoder: ConditioningEncoder::load(&l.scoped("gpt.conditioning_encoder."), dim, heads)?,
-            perceiver: Perceiver::load(&l.scoped("gpt.conditioning_perceiver."), dim)?,
+            encoder: ConditioningEncoder::load(
+                &l.scoped(&keys::scope(keys::CONDITIONING_ENCODER)),
+                dim,
+                heads,
+            )?,
+            perceiver: Perceiver::load(&l.scoped(&keys::scope(keys::PERCEIVER)), dim)?,
             device: l.device.clone(),
             dtype: l.dtype,
         })

@@ -39,6 +39,9 @@ impl ModelFamily for XttsFamily {
                 include_str!("testkit/mod.rs"),
                 include_str!("testkit/vocoder.rs"),
                 include_str!("keys.rs"),
+                include_str!("gpt.rs"),
+                include_str!("conditioning.rs"),
+                include_str!("cloning_mel.rs"),
             ],
         },
     };

@@ -29,16 +29,41 @@ struct Block<T> {
     mlp_proj: Projection<T>,
 }
 
+/// Where a GPT-2 block's modules are stored (Hugging Face's names), each holding a `.weight`
+/// and a `.bias`: what the loader reads and the test checkpoint writes.
+pub struct BlockKeys {
+    pub ln_1: String,
+    pub c_attn: String,
+    pub c_proj: String,
+    pub ln_2: String,
+    pub c_fc: String,
+    pub mlp_proj: String,
+}
+
+impl BlockKeys {
+    /// Block `i`'s, under the GPT's prefix (`gpt.h.{i}`).
+    pub fn new(gpt_prefix: &str, i: usize) -> Self {
+        let p = |name: &str| format!("{gpt_prefix}gpt.h.{i}.{name}");
+        BlockKeys {
+            ln_1: p("ln_1"),
+            c_attn: p("attn.c_attn"),
+            c_proj: p("attn.c_proj"),
+            ln_2: p("ln_2"),
+            c_fc: p("mlp.c_fc"),
+            mlp_proj: p("mlp.c_proj"),
+        }
+    }
+}
+
 impl<T: Tensor> Block<T> {
-    fn load(l: &Loader<T>, prefix: &str, dim: usize) -> Result<Self, LoadError> {
-        let p = |name: &str| format!("{prefix}.{name}");
+    fn load(l: &Loader<T>, keys: &BlockKeys, dim: usize) -> Result<Self, LoadError> {
         Ok(Block {
-            ln_1: LayerNorm::load(l, &p("ln_1"), dim)?,
-            c_attn: Projection::conv1d_hf(l, &p("attn.c_attn"), dim, 3 * dim)?,
-            c_proj: Projection::conv1d_hf(l, &p("attn.c_proj"), dim, dim)?,
-            ln_2: LayerNorm::load(l, &p("ln_2"), dim)?,
-            c_fc: Projection::conv1d_hf(l, &p("mlp.c_fc"), dim, 4 * dim)?,
-            mlp_proj: Projection::conv1d_hf(l, &p("mlp.c_proj"), 4 * dim, dim)?,
+            ln_1: LayerNorm::load(l, &keys.ln_1, dim)?,
+            c_attn: Projection::conv1d_hf(l, &keys.c_attn, dim, 3 * dim)?,
+            c_proj: Projection::conv1d_hf(l, &keys.c_proj, dim, dim)?,
+            ln_2: LayerNorm::load(l, &keys.ln_2, dim)?,
+            c_fc: Projection::conv1d_hf(l, &keys.c_fc, dim, 4 * dim)?,
+            mlp_proj: Projection::conv1d_hf(l, &keys.mlp_proj, 4 * dim, dim)?,
         })
     }
 
@@ -218,7 +243,7 @@ impl<T: Tensor> Gpt<T> {
         let blocks = g.quantizing(quantize);
         Ok(Gpt {
             blocks: (0..a.gpt_layers)
-                .map(|i| Block::load(&blocks, &format!("gpt.h.{i}"), d))
+                .map(|i| Block::load(&blocks, &BlockKeys::new("", i), d))
                 .collect::<Result<_, _>>()?,
             ln_f: LayerNorm::load(&g, "gpt.ln_f", d)?,
             text_embedding: g.tensor("text_embedding.weight", &[a.gpt_number_text_tokens, d])?,

@@ -12,6 +12,12 @@
 pub mod vocab;
 pub mod vocoder;
 
+use super::cloning_mel::MELS;
+use super::conditioning::{
+    geglu_width, AttentionBlockKeys, PerceiverLayerKeys, CONDITIONING_BLOCKS, LATENTS,
+    PERCEIVER_DEPTH, PERCEIVER_INNER,
+};
+use super::gpt::BlockKeys;
 use super::keys;
 use crate::nn::safetensors_writer::{self, TensorSpec};
 use crate::testkit::endless::edit_rows;
@@ -100,14 +106,6 @@ const WIDTH: usize = 64;
 
 /// How much wider the stop code's `mel_head` row is than the others.
 const STOP_ROW_GAIN: f32 = 2.2;
-
-/// Mel bands of the conditioning front end; the perceiver's fixed sizes
-/// (`GPT.__init__` in coqui-tts: 32 latents, 8 heads of 64, feed-forward ×4 with GEGLU).
-const MELS: usize = 80;
-const LATENTS: usize = 32;
-const PERCEIVER_INNER: usize = 8 * 64;
-const PERCEIVER_DEPTH: usize = 2;
-const CONDITIONING_BLOCKS: usize = 6;
 
 /// The 17 language tags of the published vocabulary, in `config.json`'s order.
 pub const LANGUAGES: [&str; 17] = [
@@ -258,13 +256,13 @@ fn gpt_specs(dims: &Dims, text_tokens: usize) -> Vec<Spec> {
     let audio_tokens = 1026;
     let mut t = Tensors::default();
     for layer in 0..dims.layers {
-        let p = format!("gpt.gpt.h.{layer}");
-        t.layer_norm(&format!("{p}.ln_1"), d);
-        t.conv1d_hf(&format!("{p}.attn.c_attn"), d, 3 * d);
-        t.conv1d_hf(&format!("{p}.attn.c_proj"), d, d);
-        t.layer_norm(&format!("{p}.ln_2"), d);
-        t.conv1d_hf(&format!("{p}.mlp.c_fc"), d, 4 * d);
-        t.conv1d_hf(&format!("{p}.mlp.c_proj"), 4 * d, d);
+        let b = BlockKeys::new(&keys::scope(keys::GPT), layer);
+        t.layer_norm(&b.ln_1, d);
+        t.conv1d_hf(&b.c_attn, d, 3 * d);
+        t.conv1d_hf(&b.c_proj, d, d);
+        t.layer_norm(&b.ln_2, d);
+        t.conv1d_hf(&b.c_fc, d, 4 * d);
+        t.conv1d_hf(&b.mlp_proj, 4 * d, d);
     }
     t.layer_norm("gpt.gpt.ln_f", d);
     t.add(
@@ -306,24 +304,24 @@ fn gpt_specs(dims: &Dims, text_tokens: usize) -> Vec<Spec> {
         BIAS,
     );
 
-    t.pointwise_conv("gpt.conditioning_encoder.init", d, MELS);
+    t.pointwise_conv(&format!("{}.init", keys::CONDITIONING_ENCODER), d, MELS);
     for block in 0..CONDITIONING_BLOCKS {
-        let p = format!("gpt.conditioning_encoder.attn.{block}");
-        t.layer_norm(&format!("{p}.norm"), d);
-        t.pointwise_conv(&format!("{p}.qkv"), 3 * d, d);
-        t.pointwise_conv(&format!("{p}.proj_out"), d, d);
+        let b = AttentionBlockKeys::new(&keys::scope(keys::CONDITIONING_ENCODER), block);
+        t.layer_norm(&b.norm, d);
+        t.pointwise_conv(&b.qkv, 3 * d, d);
+        t.pointwise_conv(&b.proj_out, d, d);
     }
 
-    let p = "gpt.conditioning_perceiver";
+    let p = keys::PERCEIVER;
     t.add(format!("{p}.latents"), &[LATENTS, d], EMBEDDING);
-    let geglu = d * 4 * 2 / 3;
+    let geglu = geglu_width(d);
     for layer in 0..PERCEIVER_DEPTH {
-        let l = format!("{p}.layers.{layer}");
-        t.linear(&format!("{l}.0.to_q"), PERCEIVER_INNER, d, false);
-        t.linear(&format!("{l}.0.to_kv"), 2 * PERCEIVER_INNER, d, false);
-        t.linear(&format!("{l}.0.to_out"), d, PERCEIVER_INNER, false);
-        t.linear(&format!("{l}.1.0"), 2 * geglu, d, true);
-        t.linear(&format!("{l}.1.2"), d, geglu, true);
+        let l = PerceiverLayerKeys::new(&format!("{p}."), layer);
+        t.linear(&l.to_q, PERCEIVER_INNER, d, false);
+        t.linear(&l.to_kv, 2 * PERCEIVER_INNER, d, false);
+        t.linear(&l.to_out, d, PERCEIVER_INNER, false);
+        t.linear(&l.expand, 2 * geglu, d, true);
+        t.linear(&l.contract, d, geglu, true);
     }
     t.add(format!("{p}.norm.gamma"), &[d], NORM);
 

@@ -169,7 +169,7 @@ fn widened_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
 mod tests {
     use super::*;
     use crate::tensor::tch_backend::kind;
-    use crate::tensor::{DType, Tensor};
+    use crate::tensor::{DType, NetworkOps, TensorData};
 
     /// The few-rows kernels and libtorch's GEMM (many rows) agree with an f64 product, in
     /// bf16 (within a bf16 rounding step) and f32, for a 3-D input and a weight big enough to

@@ -4,7 +4,7 @@
 use super::linear::{timed_cpu_product, widens_bf16_gemm};
 use crate::tensor::kernels::cpu_gemv;
 use crate::tensor::tch_backend::TchTensor;
-use crate::tensor::{Fused, Products, Tensor};
+use crate::tensor::{Fused, Layout, NetworkOps, Products, TensorData};
 use tch::{Device, Kind};
 
 /// The product of CPU tensors with `fused`'s work in its passes, where the weight is packed
@@ -222,6 +222,7 @@ fn packed_panels(parts: &[&TchTensor]) -> Option<TchTensor> {
 mod tests {
     use super::*;
     use crate::tensor::DType;
+    use crate::tensor::{Elementwise, Tensor};
 
     /// A packed weight's outputs `start..start + len`, as a fused weight's parts are taken:
     /// whole panels alone, or a cut of every output; both as the whole product has them, and

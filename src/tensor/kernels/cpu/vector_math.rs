@@ -46,7 +46,7 @@ pub(in crate::tensor) fn settle_vector_math() {
 mod tests {
     use super::super::seeded;
     use crate::tensor::tch_backend::TchTensor;
-    use crate::tensor::{DType, Tensor};
+    use crate::tensor::{DType, TensorData};
     use tch::{Device, Kind};
 
     /// Set in the child processes of [`first_vector_math_call_gives_what_later_calls_give`].
