@@ -202,10 +202,15 @@ const OUTPUT_BLOCK: usize = 8;
 /// One variant's kernel: outputs `outputs` of every input row.
 type Kernel = unsafe fn(&Job, Range<usize>);
 
+/// The kernel for `variant`: the AVX-512 variants multiply bytes with VNNI where the CPU has
+/// it. The byte products are the same integers whatever the instructions.
 fn kernel(variant: Variant) -> Kernel {
     match variant {
         Variant::Portable => portable_run,
-        // One x86 kernel: AVX2's byte products are the same integers at any vector width.
+        #[cfg(target_arch = "x86_64")]
+        Variant::Avx2Fma => x86::avx2_run,
+        #[cfg(target_arch = "x86_64")]
+        _ if x86::has_vnni() => x86::avx512_vnni_run,
         #[cfg(target_arch = "x86_64")]
         _ => x86::avx2_run,
         #[cfg(not(target_arch = "x86_64"))]

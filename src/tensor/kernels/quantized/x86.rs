@@ -1,8 +1,11 @@
-//! The x86-64 kernel (AVX2): a block's 32 weight bytes times the input row's 32 bytes with
-//! `vpmaddubsw` (the weights' magnitudes times the inputs with the weights' signs, no pair
-//! near the 16-bit limit) and `vpmaddwd`, summed in fours into eight 32-bit lanes, exactly;
-//! then converted and multiplied into f32 lanes with the two blocks' scales, as the portable
-//! kernel does.
+//! The x86-64 kernels: a block's 32 weight bytes times the input row's 32 bytes, summed in
+//! fours into eight 32-bit lanes, exactly; then converted and multiplied into f32 lanes with
+//! the two blocks' scales, as the portable kernel does.
+//!
+//! - AVX2: `vpmaddubsw` (unsigned bytes times signed ones, pairs summed in 16 bits) then
+//!   `vpmaddwd` by ones. The weights go in as their magnitudes and the inputs take their
+//!   signs, so no pair nears the 16-bit limit.
+//! - AVX-512 VNNI: `vpdpbusd` does both steps in one.
 //!
 //! A tile is `R` outputs by `M` input rows: each weight block is unpacked once for the tile's
 //! rows. A decode step (one row) takes eight outputs at a time, so that eight independent
@@ -31,6 +34,25 @@ unsafe fn weights<const Q4: bool>(values: *const u8) -> __m256i {
     }
 }
 
+/// The 32 products of a weight block (`w`, and its `magnitudes`) by an input block `x`, lane
+/// `j` the sum of products `4j..4j + 4`.
+#[inline(always)]
+unsafe fn block_products<const VNNI: bool>(
+    w: __m256i,
+    magnitudes: __m256i,
+    x: *const i8,
+) -> __m256i {
+    let signed = _mm256_sign_epi8(_mm256_loadu_si256(x.cast()), w);
+    if VNNI {
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), magnitudes, signed)
+    } else {
+        _mm256_madd_epi16(
+            _mm256_maddubs_epi16(magnitudes, signed),
+            _mm256_set1_epi16(1),
+        )
+    }
+}
+
 /// A weight block's scale (bf16, its first two bytes) in every f32 lane: the 16 bits in both
 /// halves of each lane, shifted into the upper one.
 #[inline(always)]
@@ -41,7 +63,7 @@ unsafe fn weight_scale(block: *const u8) -> __m256 {
 
 /// Outputs `first_o..first_o + R` of input rows `first_m..first_m + M`.
 #[inline(always)]
-unsafe fn tile<const Q4: bool, const R: usize, const M: usize>(
+unsafe fn tile<const Q4: bool, const VNNI: bool, const R: usize, const M: usize>(
     job: &Job,
     first_o: usize,
     first_m: usize,
@@ -55,7 +77,6 @@ unsafe fn tile<const Q4: bool, const R: usize, const M: usize>(
     }
     let x = job.x.add(first_m * k);
     let x_scales = job.x_scales.add(first_m * blocks);
-    let ones = _mm256_set1_epi16(1);
     let mut acc = [[_mm256_setzero_ps(); M]; R];
     for b in 0..blocks {
         for (row, sums) in rows.iter().zip(acc.iter_mut()) {
@@ -64,9 +85,8 @@ unsafe fn tile<const Q4: bool, const R: usize, const M: usize>(
             let magnitudes = _mm256_sign_epi8(w, w);
             let d = weight_scale(block);
             for (m, sum) in sums.iter_mut().enumerate() {
-                let input = _mm256_loadu_si256(x.add(m * k + b * GROUP).cast());
-                let pairs = _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(input, w));
-                let products = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+                let lanes = block_products::<VNNI>(w, magnitudes, x.add(m * k + b * GROUP));
+                let products = _mm256_cvtepi32_ps(lanes);
                 let scale = _mm256_mul_ps(d, _mm256_broadcast_ss(&*x_scales.add(m * blocks + b)));
                 *sum = _mm256_fmadd_ps(products, scale, *sum);
             }
@@ -81,26 +101,26 @@ unsafe fn tile<const Q4: bool, const R: usize, const M: usize>(
 
 /// `outputs` of input rows `first_m..first_m + M`, `R` outputs at a time.
 #[inline(always)]
-unsafe fn outputs_by<const Q4: bool, const R: usize, const M: usize>(
+unsafe fn outputs_by<const Q4: bool, const VNNI: bool, const R: usize, const M: usize>(
     job: &Job,
     outputs: Range<usize>,
     first_m: usize,
 ) {
     let mut o = outputs.start;
     while o + R <= outputs.end {
-        tile::<Q4, R, M>(job, o, first_m);
+        tile::<Q4, VNNI, R, M>(job, o, first_m);
         o += R;
     }
     for o in o..outputs.end {
-        tile::<Q4, 1, M>(job, o, first_m);
+        tile::<Q4, VNNI, 1, M>(job, o, first_m);
     }
 }
 
 #[inline(always)]
-unsafe fn run<const Q4: bool>(job: &Job, outputs: Range<usize>) {
+unsafe fn run<const Q4: bool, const VNNI: bool>(job: &Job, outputs: Range<usize>) {
     debug_assert_eq!(GROUP, 32, "a block is one 256-bit vector of bytes");
     if job.rows == 1 {
-        return outputs_by::<Q4, 8, 1>(job, outputs, 0);
+        return outputs_by::<Q4, VNNI, 8, 1>(job, outputs, 0);
     }
     if !Q4 {
         // Eight-bit weights need no unpacking, so the tile shares each input block between
@@ -111,8 +131,8 @@ unsafe fn run<const Q4: bool>(job: &Job, outputs: Range<usize>) {
             let mut m = 0;
             while m < job.rows {
                 match job.rows - m {
-                    1 => outputs_by::<Q4, 8, 1>(job, tile_outputs.clone(), m),
-                    _ => outputs_by::<Q4, 8, 2>(job, tile_outputs.clone(), m),
+                    1 => outputs_by::<Q4, VNNI, 8, 1>(job, tile_outputs.clone(), m),
+                    _ => outputs_by::<Q4, VNNI, 8, 2>(job, tile_outputs.clone(), m),
                 }
                 m += 2;
             }
@@ -126,14 +146,14 @@ unsafe fn run<const Q4: bool>(job: &Job, outputs: Range<usize>) {
         while m < job.rows {
             let rows = (job.rows - m).min(MAX_TILE_ROWS);
             match rows {
-                1 => tile::<Q4, 1, 1>(job, o, m),
-                2 => tile::<Q4, 1, 2>(job, o, m),
-                3 => tile::<Q4, 1, 3>(job, o, m),
-                4 => tile::<Q4, 1, 4>(job, o, m),
-                5 => tile::<Q4, 1, 5>(job, o, m),
-                6 => tile::<Q4, 1, 6>(job, o, m),
-                7 => tile::<Q4, 1, 7>(job, o, m),
-                _ => tile::<Q4, 1, MAX_TILE_ROWS>(job, o, m),
+                1 => tile::<Q4, VNNI, 1, 1>(job, o, m),
+                2 => tile::<Q4, VNNI, 1, 2>(job, o, m),
+                3 => tile::<Q4, VNNI, 1, 3>(job, o, m),
+                4 => tile::<Q4, VNNI, 1, 4>(job, o, m),
+                5 => tile::<Q4, VNNI, 1, 5>(job, o, m),
+                6 => tile::<Q4, VNNI, 1, 6>(job, o, m),
+                7 => tile::<Q4, VNNI, 1, 7>(job, o, m),
+                _ => tile::<Q4, VNNI, 1, MAX_TILE_ROWS>(job, o, m),
             }
             m += rows;
         }
@@ -145,7 +165,25 @@ unsafe fn run<const Q4: bool>(job: &Job, outputs: Range<usize>) {
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn avx2_run(job: &Job, outputs: Range<usize>) {
     match job.format {
-        QuantFormat::Q8 => run::<false>(job, outputs),
-        QuantFormat::Q4 => run::<true>(job, outputs),
+        QuantFormat::Q8 => run::<false, false>(job, outputs),
+        QuantFormat::Q4 => run::<true, false>(job, outputs),
+    }
+}
+
+/// Whether this CPU has what [`avx512_vnni_run`] needs.
+pub fn has_vnni() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vnni")
+}
+
+/// # Safety
+/// As `Kernel`, and [`has_vnni`].
+#[target_feature(enable = "avx2,fma,avx512vl,avx512vnni")]
+pub unsafe fn avx512_vnni_run(job: &Job, outputs: Range<usize>) {
+    match job.format {
+        QuantFormat::Q8 => run::<false, true>(job, outputs),
+        QuantFormat::Q4 => run::<true, true>(job, outputs),
     }
 }
