@@ -19,6 +19,8 @@ for format in none q8 q4; do
   echo "Voxtral-4B-TTS, $format" >&2
   "${avx2[@]}" "$bench" bench --model "$voxtral" --frames 8 --threads 2 --batch 1,4 \
     --quantize "$format" --json "$out/voxtral-tts-$format.json" >&2
+  # The reports name the model folder, not this machine's path to it.
+  sed -i "s#\"model\": \"$voxtral\"#\"model\": \"$(basename "$voxtral")\"#" "$out/voxtral-tts-$format.json"
 done
 scripts/bench-charts.py --title "Voxtral-4B-TTS, 2 threads as an AVX2 CPU" "$out/voxtral-tts" \
   "$out"/voxtral-tts-{none,q8,q4}.json
