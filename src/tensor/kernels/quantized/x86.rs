@@ -9,8 +9,9 @@
 //!
 //! A tile is `R` outputs by `M` input rows: each weight block is unpacked once for the tile's
 //! rows. A decode step (one row) takes eight outputs at a time, so that eight independent
-//! sums keep the multiply-adds busy; three rows or more take one output with up to
-//! [`MAX_TILE_ROWS`] rows, which shares the unpacking most.
+//! sums keep the multiply-adds busy. With more rows, four-bit weights take one output by up
+//! to [`MAX_TILE_ROWS`] rows, which shares the unpacking of the nibbles most; eight-bit ones,
+//! which need no unpacking, take eight outputs by two rows (which measured faster for them).
 
 use super::{Job, GROUP};
 use crate::tensor::cpu_gemv::x86::sum256;
