@@ -63,6 +63,18 @@ fn frames(c: &mut Criterion) {
     }
 }
 
+/// The `[out, in]` products of one full-size Voxtral TTS backbone layer (3072 wide, 9216
+/// hidden): q, k, v, o, then w1, w3, w2.
+const BACKBONE_LAYER: [(usize, usize); 7] = [
+    (4096, 3072),
+    (1024, 3072),
+    (1024, 3072),
+    (3072, 4096),
+    (9216, 3072),
+    (9216, 3072),
+    (3072, 9216),
+];
+
 /// The seven weight matrices of one full-size backbone layer (233 MB in bf16, far beyond the
 /// caches), times 1 row (one stream), 6 rows (the flow head's rows for one stream) and 24 (four
 /// streams' flow head, where the product is bound by arithmetic, not by reading): each
@@ -75,16 +87,7 @@ fn layer_products(c: &mut Criterion) {
     use voxtral_tts::tensor::cpu_gemv::{linear_with, Variant};
     use voxtral_tts::tensor::NetworkOps;
     let _guard = tch::no_grad_guard();
-    let (dim, hidden, q, kv) = (3072, 9216, 4096, 1024);
-    let shapes = [
-        (q, dim),
-        (kv, dim),
-        (kv, dim),
-        (dim, q),
-        (hidden, dim),
-        (hidden, dim),
-        (dim, hidden),
-    ];
+    let shapes = BACKBONE_LAYER;
     let random = |rows: usize, cols: usize| {
         TchTensor(tch::Tensor::randn(
             [rows as i64, cols as i64],
@@ -136,24 +139,15 @@ fn layer_products(c: &mut Criterion) {
 }
 
 /// The products of one full-size backbone layer with its weights in `q8` and `q4`, with the
-/// active kernel (and the portable one at one row): one row is a decode step, 6 the flow head's (three tokens,
-/// both guidance branches), 16 a batch of streams. Throughput is in multiply-adds per second
-/// (one per weight per row), which is what bounds these products once the weights are 4 or 8
-/// bits.
+/// active kernel (and the portable one at one row): one row is a decode step, 6 the flow
+/// head's (three tokens, both guidance branches), 16 a batch of streams. Throughput is in
+/// multiply-adds per second (one per weight per row), which is what bounds these products once
+/// the weights are 4 or 8 bits.
 fn quantized_layer_products(c: &mut Criterion) {
     use criterion::Throughput;
     use voxtral_tts::tensor::cpu_gemv::Variant;
     use voxtral_tts::tensor::quantized::{linear_with, quantize, QuantFormat};
-    let (dim, hidden, q, kv) = (3072, 9216, 4096, 1024);
-    let shapes = [
-        (q, dim),
-        (kv, dim),
-        (kv, dim),
-        (dim, q),
-        (hidden, dim),
-        (hidden, dim),
-        (dim, hidden),
-    ];
+    let shapes = BACKBONE_LAYER;
     let random = |n: usize, seed: u64| -> Vec<f32> {
         let mut state = seed;
         (0..n)

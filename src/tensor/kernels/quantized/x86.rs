@@ -13,7 +13,7 @@
 //! to [`MAX_TILE_ROWS`] rows, which shares the unpacking of the nibbles most; eight-bit ones,
 //! which need no unpacking, take eight outputs by two rows (which measured faster for them).
 
-use super::{Job, GROUP};
+use super::{Job, GROUP, OUTPUT_BLOCK};
 use crate::tensor::cpu_gemv::x86::sum256;
 use crate::tensor::quantized::QuantFormat;
 use std::arch::x86_64::*;
@@ -121,19 +121,19 @@ unsafe fn outputs_by<const Q4: bool, const VNNI: bool, const R: usize, const M: 
 unsafe fn run<const Q4: bool, const VNNI: bool>(job: &Job, outputs: Range<usize>) {
     debug_assert_eq!(GROUP, 32, "a block is one 256-bit vector of bytes");
     if job.rows == 1 {
-        return outputs_by::<Q4, VNNI, 8, 1>(job, outputs, 0);
+        return outputs_by::<Q4, VNNI, OUTPUT_BLOCK, 1>(job, outputs, 0);
     }
     if !Q4 {
         // Eight-bit weights need no unpacking, so the tile shares each input block between
         // eight outputs instead: rows in pairs.
         let mut o = outputs.start;
         while o < outputs.end {
-            let tile_outputs = o..(o + 8).min(outputs.end);
+            let tile_outputs = o..(o + OUTPUT_BLOCK).min(outputs.end);
             let mut m = 0;
             while m < job.rows {
                 match job.rows - m {
-                    1 => outputs_by::<Q4, VNNI, 8, 1>(job, tile_outputs.clone(), m),
-                    _ => outputs_by::<Q4, VNNI, 8, 2>(job, tile_outputs.clone(), m),
+                    1 => outputs_by::<Q4, VNNI, OUTPUT_BLOCK, 1>(job, tile_outputs.clone(), m),
+                    _ => outputs_by::<Q4, VNNI, OUTPUT_BLOCK, 2>(job, tile_outputs.clone(), m),
                 }
                 m += 2;
             }
