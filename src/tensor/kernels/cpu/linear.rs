@@ -125,7 +125,7 @@ unsafe fn few_rows_product<E: cpu_gemv::Element>(
 }
 
 /// Weight values widened to f32 at a time by [`widened_linear`] (4 MiB of f32).
-const WIDEN_TILE_VALUES: usize = 1 << 20;
+pub(super) const WIDEN_TILE_VALUES: usize = 1 << 20;
 
 /// Whether bf16 GEMMs of many rows go through [`widened_linear`]: on CPUs without
 /// AVX512-BF16 (as the kernel variant in use says), where libtorch's bf16 GEMM takes a path
@@ -150,19 +150,34 @@ fn widened_linear(x: &tch::Tensor, w: &tch::Tensor) -> Option<tch::Tensor> {
     if shape.last() != Some(&k) || k == 0 {
         return None;
     }
-    let x = x.reshape([-1, k]).to_kind(Kind::Float);
-    let y = tch::Tensor::empty([x.size()[0], out], (Kind::Float, Device::Cpu));
-    let tile = (WIDEN_TILE_VALUES as i64 / k).max(1);
+    let y = tiled_product(&x.to_kind(Kind::Float), out, |start, rows| {
+        w.narrow(0, start, rows).to_kind(Kind::Float)
+    });
+    Some(y.to_kind(Kind::BFloat16))
+}
+
+/// `x @ w.T` for a weight `[out, k]` that `tile(start, rows)` gives a tile of rows at a time
+/// (about [`WIDEN_TILE_VALUES`] values, in `x`'s kind), through libtorch's GEMM per tile: the
+/// weight is never whole in that kind. The result has `x`'s shape with `out` last.
+pub(super) fn tiled_product(
+    x: &tch::Tensor,
+    out: i64,
+    mut tile: impl FnMut(i64, i64) -> tch::Tensor,
+) -> tch::Tensor {
+    let mut shape = x.size();
+    let k = *shape.last().expect("at least one axis");
+    let x = x.reshape([-1, k]);
+    let y = tch::Tensor::empty([x.size()[0], out], (x.kind(), Device::Cpu));
+    let tile_rows = (WIDEN_TILE_VALUES as i64 / k).max(1);
     let mut start = 0;
     while start < out {
-        let rows = tile.min(out - start);
-        let w = w.narrow(0, start, rows).to_kind(Kind::Float);
-        y.narrow(1, start, rows).copy_(&x.matmul(&w.tr()));
+        let rows = tile_rows.min(out - start);
+        y.narrow(1, start, rows)
+            .copy_(&x.matmul(&tile(start, rows).tr()));
         start += rows;
     }
-    let mut y_shape = shape;
-    *y_shape.last_mut()? = out;
-    Some(y.to_kind(Kind::BFloat16).reshape(y_shape))
+    *shape.last_mut().expect("at least one axis") = out;
+    y.reshape(shape)
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Products by weights stored in 8 or 4 bits ([`quantized`]).
 
-use super::linear::cpu_linear;
+use super::linear::{tiled_product, widens_bf16_gemm};
 use crate::tensor::kernels::quantized::{self, QuantFormat};
 use crate::tensor::tch_backend::TchTensor;
 use tch::{Device, Kind};
@@ -53,8 +53,7 @@ pub(super) fn quantized_format(w: &tch::Tensor) -> Option<QuantFormat> {
 }
 
 /// `x · wᵀ` for a quantized weight `w` on the CPU: the quantized kernel for a few rows, in f32
-/// and rounded once to `x`'s kind; for more (a prompt), libtorch's product with the weight
-/// dequantized, which is then bound by its multiply-adds rather than by the weight's bytes.
+/// and rounded once to `x`'s kind; for more (a prompt), [`prompt_product`].
 pub(super) fn quantized_linear(
     x: &tch::Tensor,
     w: &tch::Tensor,
@@ -72,17 +71,14 @@ pub(super) fn quantized_linear(
         Some(&k),
         "a product's inputs are the weight's columns"
     );
+    let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
     if rows > quantized::MAX_ROWS {
-        let dequantized = tch::Tensor::from_slice(&quantized::dequantize(format, blocks))
-            .reshape([out, k])
-            .to_kind(x.kind());
-        return cpu_linear(x, &dequantized);
+        return prompt_product(x, blocks, format, out, threads);
     }
     let inputs = x.to_kind(Kind::Float).contiguous();
     let mut shape = x.size();
     *shape.last_mut().expect("at least one axis") = out;
     let y = tch::Tensor::empty(&shape, (Kind::Float, Device::Cpu));
-    let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
     // SAFETY: `inputs` and `y` are contiguous f32 CPU tensors of their `numel`, `y` new.
     unsafe {
         let x = std::slice::from_raw_parts(inputs.data_ptr() as *const f32, inputs.numel());
@@ -90,4 +86,72 @@ pub(super) fn quantized_linear(
         quantized::linear(format, x, blocks, k as usize, y, threads);
     }
     y.to_kind(x.kind())
+}
+
+/// A prompt's `x · wᵀ`: bound by its multiply-adds rather than by the weight's bytes, so
+/// libtorch's GEMM multiplies, with the weight dequantized (to `x`'s kind, then widened to f32
+/// where bf16 GEMMs widen) a tile at a time on all threads. The products are those of the
+/// dequantized weight in `x`'s kind, as in
+/// [`cpu_linear`](super::linear::cpu_linear) of it.
+fn prompt_product(
+    x: &tch::Tensor,
+    blocks: &[u8],
+    format: QuantFormat,
+    out: i64,
+    threads: usize,
+) -> tch::Tensor {
+    let k = *x.size().last().expect("at least one axis");
+    let bf16 = x.kind() == Kind::BFloat16;
+    let gemm_kind = if bf16 && !widens_bf16_gemm() {
+        Kind::BFloat16
+    } else {
+        Kind::Float
+    };
+    let y = tiled_product(&x.to_kind(gemm_kind), out, |start, rows| {
+        let tile = tch::Tensor::empty([rows, k], (Kind::Float, Device::Cpu));
+        // SAFETY: `tile` is a new contiguous f32 CPU tensor of `rows * k` values.
+        let values =
+            unsafe { std::slice::from_raw_parts_mut(tile.data_ptr() as *mut f32, tile.numel()) };
+        let range = start as usize..(start + rows) as usize;
+        quantized::dequantize_rows(format, blocks, k as usize, range, values, bf16, threads);
+        tile.to_kind(gemm_kind)
+    });
+    y.to_kind(x.kind())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::linear::{cpu_linear, WIDEN_TILE_VALUES};
+    use super::*;
+
+    /// A prompt (more rows than the kernel takes) gets the product of the dequantized weight
+    /// in its own kind, over several tiles and a ragged last one, in bf16 and f32.
+    #[test]
+    fn prompts_multiply_the_dequantized_weight() {
+        let _guard = tch::no_grad_guard();
+        let k = 512;
+        let out = 2 * (WIDEN_TILE_VALUES / k) as i64 + 5;
+        let w = tch::Tensor::randn([out, k as i64], (Kind::Float, Device::Cpu));
+        let rows = quantized::MAX_ROWS as i64 + 16;
+        for format in QuantFormat::ALL {
+            let stored = quantize_weight(&TchTensor(w.shallow_clone()), format).expect("fits");
+            let blocks = Vec::<u8>::try_from(stored.0.flatten(0, -1)).expect("bytes");
+            let dequantized = tch::Tensor::from_slice(&quantized::dequantize(format, &blocks))
+                .reshape([out, k as i64]);
+            for (kind, relative) in [(Kind::BFloat16, 1.0 / 128.0), (Kind::Float, 1e-5)] {
+                let x = tch::Tensor::randn([2, rows / 2, k as i64], (Kind::Float, Device::Cpu))
+                    .to_kind(kind);
+                let got = cpu_linear(&x, &stored.0);
+                assert_eq!(got.size(), vec![2, rows / 2, out]);
+                assert_eq!(got.kind(), kind);
+                let weight = dequantized.to_kind(kind).to_kind(Kind::Double);
+                let want = x.to_kind(Kind::Double).linear::<tch::Tensor>(&weight, None);
+                let err = (got.to_kind(Kind::Double) - &want).abs();
+                let worst = (err - (want.abs() * relative + 1e-3))
+                    .max()
+                    .double_value(&[]);
+                assert!(worst <= 0.0, "{format} {kind:?}: {worst} beyond tolerance");
+            }
+        }
+    }
 }

@@ -174,20 +174,122 @@ pub fn quantize(format: QuantFormat, w: &[f32], k: usize) -> Vec<u8> {
 
 /// The weights `blocks` (whole blocks of `format`) stand for, in order.
 pub fn dequantize(format: QuantFormat, blocks: &[u8]) -> Vec<f32> {
-    let mut out = Vec::with_capacity(blocks.len() / format.block_bytes() * GROUP);
-    for block in blocks.chunks_exact(format.block_bytes()) {
+    let mut out = vec![0f32; blocks.len() / format.block_bytes() * GROUP];
+    dequantize_blocks(format, blocks, &mut out, false);
+    out
+}
+
+/// `blocks` dequantized into `out` (`GROUP` values per block), each value rounded to the
+/// nearest bf16 when `to_bf16`. A block's values `scale x q` are exact in f32.
+fn dequantize_blocks(format: QuantFormat, blocks: &[u8], out: &mut [f32], to_bf16: bool) {
+    let round = |v: f32| if to_bf16 { round_to_bf16(v) } else { v };
+    for (block, out) in blocks
+        .chunks_exact(format.block_bytes())
+        .zip(out.chunks_exact_mut(GROUP))
+    {
         let d = bf16_to_f32(u16::from_le_bytes([block[0], block[1]]));
         let values = &block[2..];
         match format {
-            QuantFormat::Q8 => out.extend(values.iter().map(|&q| d * f32::from(q as i8))),
+            QuantFormat::Q8 => {
+                for (v, &q) in out.iter_mut().zip(values) {
+                    *v = round(d * f32::from(q as i8));
+                }
+            }
             QuantFormat::Q4 => {
-                let nibble = |q: u8| d * (f32::from(q) - 8.0);
-                out.extend(values.iter().map(|&b| nibble(b & 0x0F)));
-                out.extend(values.iter().map(|&b| nibble(b >> 4)));
+                let (low, high) = out.split_at_mut(GROUP / 2);
+                for ((lo, hi), &b) in low.iter_mut().zip(high).zip(values) {
+                    *lo = round(d * (f32::from(b & 0x0F) - 8.0));
+                    *hi = round(d * (f32::from(b >> 4) - 8.0));
+                }
             }
         }
     }
-    out
+}
+
+/// `x` rounded to the nearest bf16, ties to even, kept in f32 (as libtorch rounds a finite
+/// value); integer operations only, so that the loops above vectorize.
+#[inline(always)]
+fn round_to_bf16(x: f32) -> f32 {
+    let bits = x.to_bits();
+    let rounded = bits.wrapping_add(0x7FFF + ((bits >> 16) & 1));
+    f32::from_bits(rounded & 0xFFFF_0000)
+}
+
+/// Weight rows `rows` of `blocks` (a `[out, k]` weight in `format`) dequantized into `tile`
+/// (`rows.len() * k` f32, row-major), each value rounded to the nearest bf16 when `to_bf16`,
+/// on `threads` OpenMP threads: a prompt's product widens its weight a tile at a time.
+///
+/// # Panics
+/// When `tile` is not `rows.len() * k` long or the rows are not within `blocks`.
+pub fn dequantize_rows(
+    format: QuantFormat,
+    blocks: &[u8],
+    k: usize,
+    rows: Range<usize>,
+    tile: &mut [f32],
+    to_bf16: bool,
+    threads: usize,
+) {
+    let row_bytes = format.bytes(1, k);
+    let blocks = &blocks[rows.start * row_bytes..rows.end * row_bytes];
+    assert_eq!(tile.len(), rows.len() * k, "tile length");
+    let job = DequantizeJob {
+        format,
+        blocks: blocks.as_ptr(),
+        row_bytes,
+        tile: tile.as_mut_ptr(),
+        k,
+        rows: rows.len(),
+        to_bf16,
+    };
+    match super::cpu_gemv::openmp::runtime() {
+        Some(omp) if threads > 1 && blocks.len() >= PARALLEL_MIN_BYTES => {
+            // SAFETY: `job` lives until `parallel` returns, and each thread writes a
+            // different range of rows (`dequantize_share`).
+            unsafe {
+                omp.parallel(
+                    dequantize_share,
+                    &job as *const _ as *mut libc::c_void,
+                    threads,
+                )
+            }
+        }
+        // SAFETY: `job` covers `tile` and `blocks`, borrowed for the call.
+        _ => unsafe { job.run(0..job.rows) },
+    }
+}
+
+/// One [`dequantize_rows`] call, shared by its threads.
+struct DequantizeJob {
+    format: QuantFormat,
+    blocks: *const u8,
+    row_bytes: usize,
+    tile: *mut f32,
+    k: usize,
+    rows: usize,
+    to_bf16: bool,
+}
+
+impl DequantizeJob {
+    /// # Safety
+    /// `rows` is within `0..self.rows`, and no other thread writes them.
+    unsafe fn run(&self, rows: Range<usize>) {
+        let blocks = std::slice::from_raw_parts(
+            self.blocks.add(rows.start * self.row_bytes),
+            rows.len() * self.row_bytes,
+        );
+        let tile =
+            std::slice::from_raw_parts_mut(self.tile.add(rows.start * self.k), rows.len() * self.k);
+        dequantize_blocks(self.format, blocks, tile, self.to_bf16);
+    }
+}
+
+extern "C" fn dequantize_share(job: *mut libc::c_void) {
+    let omp = super::cpu_gemv::openmp::runtime().expect("called from an OpenMP parallel region");
+    // SAFETY: `dequantize_rows` passes a job that outlives the parallel region.
+    let job = unsafe { &*(job as *const DequantizeJob) };
+    // SAFETY: the threads' shares are disjoint and within `0..rows`.
+    unsafe { job.run(omp.share(job.rows, 1)) };
 }
 
 /// Input rows one call of a variant's kernel takes at most.

@@ -185,3 +185,54 @@ fn batched_rows_equal_each_row_alone_on_any_threads() {
         }
     }
 }
+
+/// A prompt's tiles of dequantized rows are the dequantized weights, rounded as libtorch
+/// rounds f32 to bf16 when asked, on one thread or split over two.
+#[test]
+fn dequantized_rows_are_the_weights_rounded_as_asked() {
+    let (out, k) = (4096, 4 * GROUP);
+    let mut w = values(out * k, 5);
+    // Ties of bf16 rounding, both ways, and values that round up into the next exponent.
+    w[..4].copy_from_slice(&[
+        f32::from_bits(0x3F80_8000),
+        f32::from_bits(0x3F81_8000),
+        f32::from_bits(0x3FFF_FFFF),
+        -f32::from_bits(0x3FFF_8001),
+    ]);
+    let rows = 1..out;
+    for format in QuantFormat::ALL {
+        let blocks = quantize(format, &w, k);
+        assert!(blocks.len() >= PARALLEL_MIN_BYTES, "large enough to split");
+        let whole = dequantize(format, &blocks);
+        for to_bf16 in [false, true] {
+            for threads in [1, 2] {
+                let mut tile = vec![f32::NAN; rows.len() * k];
+                dequantize_rows(
+                    format,
+                    &blocks,
+                    k,
+                    rows.clone(),
+                    &mut tile,
+                    to_bf16,
+                    threads,
+                );
+                for (i, (&got, &value)) in tile.iter().zip(&whole[rows.start * k..]).enumerate() {
+                    let want = if to_bf16 {
+                        half::bf16::from_f32(value).to_f32()
+                    } else {
+                        value
+                    };
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{format} value {i}, bf16 {to_bf16}, {threads} threads"
+                    );
+                }
+            }
+        }
+    }
+    for &value in &w[..4] {
+        let want = half::bf16::from_f32(value).to_f32();
+        assert_eq!(round_to_bf16(value).to_bits(), want.to_bits(), "{value}");
+    }
+}
