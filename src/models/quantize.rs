@@ -176,7 +176,9 @@ fn weights_to_quantize(model: &Path, format: QuantFormat) -> Result<Vec<Quantize
         Task::Speak => {
             let options = EngineOptions {
                 max_sessions: 1,
-                kv_cache_bytes: 64 << 20,
+                // One session of any family at its published size: XTTS-v2's whole sequence
+                // takes 122 MiB, and the others shorten their cache to fit.
+                kv_cache_bytes: 256 << 20,
                 quantize: Some(format),
                 ..EngineOptions::default()
             };
