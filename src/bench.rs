@@ -49,13 +49,37 @@ pub struct BenchArgs {
     pub json: Option<PathBuf>,
 }
 
-/// Writes `report` to `--json`'s file, if one was given.
-pub fn write_json(args: &BenchArgs, report: &serde_json::Value) -> anyhow::Result<()> {
+/// Ends a run: prints the process's peak resident memory, adds it to `report` and writes
+/// that to `--json`'s file, if one was given.
+pub fn finish_report(args: &BenchArgs, mut report: serde_json::Value) -> anyhow::Result<()> {
+    if let Some(bytes) = peak_rss_bytes() {
+        println!(
+            "memory     peak RSS {:.2} GB (mapped checkpoint pages read included)",
+            bytes as f64 / 1e9
+        );
+        report["peak_rss_bytes"] = bytes.into();
+    }
     if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(report)? + "\n")
+        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
             .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
     }
     Ok(())
+}
+
+/// The most memory this process has held resident so far (`getrusage`'s high-water mark).
+fn peak_rss_bytes() -> Option<u64> {
+    // SAFETY: `getrusage` fills the struct it is given and reads nothing else.
+    let usage = unsafe {
+        let mut usage = std::mem::zeroed::<libc::rusage>();
+        (libc::getrusage(libc::RUSAGE_SELF, &mut usage) == 0).then_some(usage)
+    }?;
+    let max = u64::try_from(usage.ru_maxrss).ok()?;
+    // Linux counts kilobytes, macOS bytes.
+    Some(if cfg!(target_os = "macos") {
+        max
+    } else {
+        max * 1024
+    })
 }
 
 /// How the large linear weights of the folder `dir` are multiplied: `q8` or `q4` (stored so,

@@ -4,13 +4,14 @@
 //! each `--batch` size, the decoder's time per frame, and the weight-read floor of a frame
 //! where the family counts the bytes it reads.
 
-use crate::bench::{ms, read_bandwidth, weights_name, write_json, BenchArgs};
+use crate::bench::{finish_report, ms, read_bandwidth, weights_name, BenchArgs};
 use crate::device::OnBackend;
 use crate::engine::{
     prepare_speech, Conditioning, EngineOptions, Sampling, SpeechInput, SpeechSession,
     TextToSpeech, WithEngine,
 };
 use crate::models::registry::{load_tts, WeightBytes};
+use crate::nn::quantized_keys;
 use crate::tensor::cpu_gemv::Variant;
 use crate::tensor::tch_backend::TchTensor;
 use crate::tensor::{Tensor, TensorData};
@@ -69,8 +70,12 @@ impl OnBackend for EngineBench<'_> {
                 1
             },
         };
-        load_tts::<T, _>(&self.dir, device, self.args.dtype, options, timed)
-            .context("loading the model")?
+        // Recording what the loaders quantize, which the weights' bytes count.
+        quantized_keys::recording(|| {
+            load_tts::<T, _>(&self.dir, device, self.args.dtype, options, timed)
+        })
+        .0
+        .context("loading the model")?
     }
 }
 
@@ -212,7 +217,7 @@ impl WithEngine for Timed<'_> {
             }
         }
         let bytes = match self.weight_bytes_per_frame {
-            Some(count) => count(self.dir)?,
+            Some(count) => count(self.dir, args.dtype, &quantized_keys::recorded())?,
             None => None,
         };
         let mut report = json!({
@@ -253,6 +258,6 @@ impl WithEngine for Timed<'_> {
                 single_ms.map_or(String::new(), |m| format!("; one stream measured/floor {:.2}x", m / floor))
             );
         }
-        write_json(args, &report)
+        finish_report(args, report)
     }
 }

@@ -12,6 +12,7 @@ use crate::bench::BenchArgs;
 use crate::engine::stt::{TranscriberOptions, WithTranscriber};
 use crate::engine::voice::VoiceEncoder;
 use crate::engine::{EngineOptions, WithEngine};
+use crate::nn::quantized_keys::Quantized;
 use crate::nn::LoadError;
 use crate::tensor::{DType, Tensor};
 use serde_json::Value;
@@ -62,8 +63,9 @@ pub struct FamilySpec {
     pub testkit: crate::testkit::FamilyKit,
 }
 
-/// The weight bytes one frame of a folder reads (`None`: the folder's files do not say).
-pub type WeightBytes = fn(&Path) -> anyhow::Result<Option<f64>>;
+/// The weight bytes one frame of a folder reads computing in a dtype, with the weights the
+/// loaders quantized (`None`: the folder's files do not say).
+pub type WeightBytes = fn(&Path, DType, &[Quantized]) -> anyhow::Result<Option<f64>>;
 
 /// How `voxtral-tts bench` times a family's folder.
 #[derive(Clone, Copy)]

@@ -1,25 +1,27 @@
 //! `voxtral-tts bench`'s hook for Qwen3-TTS folders, timed through the engine interface: the
 //! weight bytes a frame reads, for the floor of its time.
 
-use anyhow::{Context, Result};
+use crate::nn::quantized_keys::{loaded_bytes, Quantized};
+use crate::tensor::DType;
+use anyhow::Result;
 use std::path::Path;
 
-/// Bytes of weights a Qwen3-TTS frame reads, as stored: the talker's layers and codec head
-/// once, the code predictor's layers (and its input projection) once per codebook pass (15),
-/// and one of its 15 heads per pass. Embedding tables are gathered, not read. `None` for
-/// a folder without them (sharded weights).
-pub fn weight_bytes_per_frame(dir: &Path) -> Result<Option<f64>> {
+/// Bytes of weights a Qwen3-TTS frame reads, computing in `dtype` with the weights stored in
+/// blocks or quantized at load (`at_load`) at their format's size: the talker's layers and
+/// codec head once, the code predictor's layers (and its input projection) once per codebook
+/// pass (15), and one of its 15 heads per pass. Embedding tables are gathered, not read.
+/// `None` for a folder without them (sharded weights).
+pub fn weight_bytes_per_frame(
+    dir: &Path,
+    dtype: DType,
+    at_load: &[Quantized],
+) -> Result<Option<f64>> {
     let path = dir.join("model.safetensors");
     if !dir.join("speech_tokenizer").is_dir() || !path.exists() {
         return Ok(None);
     }
-    let file = std::fs::File::open(&path).with_context(|| path.display().to_string())?;
-    // SAFETY: read-only map of a checkpoint nobody writes while the bench runs.
-    let mmap = unsafe { memmap2::Mmap::map(&file) }?;
-    let (_, metadata) = safetensors::SafeTensors::read_metadata(&mmap)?;
     let (mut once, mut per_pass, mut heads) = (0usize, 0usize, 0usize);
-    for (name, info) in metadata.tensors() {
-        let bytes = info.data_offsets.1 - info.data_offsets.0;
+    for (name, bytes) in loaded_bytes(&path, dtype, at_load)? {
         if name.starts_with("talker.code_predictor.lm_head.") {
             heads += bytes;
         } else if name.starts_with("talker.code_predictor.model.layers.")

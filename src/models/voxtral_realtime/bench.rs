@@ -8,9 +8,9 @@ use super::batch::BatchDecoder;
 use super::params::Config;
 use super::streaming::AudioStream;
 use super::transcriber::Transcriber;
-use crate::bench::{ms, read_bandwidth, weights_name, write_json, BenchArgs};
+use crate::bench::{finish_report, ms, read_bandwidth, weights_name, BenchArgs};
 use crate::device::OnBackend;
-use crate::nn::checkpoint::Checkpoint;
+use crate::nn::quantized_keys::{self, Quantized};
 use crate::tensor::cpu_gemv::Variant;
 use crate::tensor::tch_backend::TchTensor;
 use crate::tensor::{DType, Tensor, TensorData};
@@ -70,9 +70,10 @@ impl OnBackend for SttBench<'_> {
         };
 
         let started = Instant::now();
-        let model =
+        let (model, at_load) = quantized_keys::recording(|| {
             Transcriber::<T>::load_quantized(dir, device, args.dtype, positions, args.quantize)
-                .context("loading the model")?;
+        });
+        let model = model.context("loading the model")?;
         println!(
             "model      {} (Voxtral Realtime, {}, {threads} threads)",
             dir.display(),
@@ -100,7 +101,7 @@ impl OnBackend for SttBench<'_> {
             tokens.len()
         );
 
-        let (encoder_bytes, decoder_bytes) = weight_bytes_per_step(dir, args.dtype)?;
+        let (encoder_bytes, decoder_bytes) = weight_bytes_per_step(dir, args.dtype, &at_load)?;
         // An accelerator's large copy (bytes read and written), or the host's large read.
         let read = T::device_copy_bandwidth(device).unwrap_or_else(|| read_bandwidth(threads));
         println!(
@@ -182,7 +183,7 @@ impl OnBackend for SttBench<'_> {
             streaming.delay_tokens as f64 * step_audio_ms
         );
         report["batch"] = batch_report.into();
-        write_json(args, &report)
+        finish_report(args, report)
     }
 }
 
@@ -250,23 +251,19 @@ fn live_steps<T: Tensor>(
     })
 }
 
-/// Weight bytes a live step reads at `dtype`: per stream, the encoder and adapter (80 ms of
+/// Weight bytes a live step reads at `dtype`, with the weights stored in blocks or quantized at
+/// load (`at_load`) at their format's size: per stream, the encoder and adapter (80 ms of
 /// audio); once for the batch, the decoder layers, norms and the token table (the tied head).
-fn weight_bytes_per_step(dir: &Path, dtype: DType) -> Result<(f64, f64)> {
-    let size = match dtype {
-        DType::BF16 => 2.0,
-        DType::F32 => 4.0,
-    };
-    let ckpt = Checkpoint::open(&dir.join("consolidated.safetensors"))?;
+fn weight_bytes_per_step(dir: &Path, dtype: DType, at_load: &[Quantized]) -> Result<(f64, f64)> {
+    let path = dir.join("consolidated.safetensors");
     let (mut encoder, mut decoder) = (0.0, 0.0);
-    for key in ckpt.keys() {
-        let values = ckpt.shape(&key)?.iter().product::<usize>() as f64 * size;
+    for (key, bytes) in quantized_keys::loaded_bytes(&path, dtype, at_load)? {
         let audio_side =
             key.contains("whisper_encoder.") || key.contains("audio_language_projection.");
         if audio_side {
-            encoder += values;
+            encoder += bytes as f64;
         } else {
-            decoder += values;
+            decoder += bytes as f64;
         }
     }
     Ok((encoder, decoder))

@@ -5,8 +5,8 @@
 use super::params::Config;
 use super::{Generation, Noise, StageTimes, SynthesisRequest, Voxtral};
 use crate::bench::{
-    arithmetic_rate, copy_bandwidth, cpu_kernel_and_peak, ms, products_by_rows, read_bandwidth,
-    write_json, BenchArgs,
+    arithmetic_rate, copy_bandwidth, cpu_kernel_and_peak, finish_report, ms, products_by_rows,
+    read_bandwidth, BenchArgs,
 };
 use crate::device::OnBackend;
 use crate::engine::EngineOptions;
@@ -216,7 +216,7 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
         );
     }
     report["batch"] = batch_steps(args, &model, &voice, peak, threads)?.into();
-    write_json(args, &report)
+    finish_report(args, report)
 }
 
 /// Decode steps of `--batch` streams together, as the server's batcher runs them: frames/s
