@@ -105,7 +105,11 @@ mod tests {
         ];
         let bytes = |i: usize| {
             let t = &tensors[i];
-            Ok(vec![0; t.shape.iter().product::<usize>() * t.dtype.bitsize() / 8])
+            Ok(vec![
+                0;
+                t.shape.iter().product::<usize>() * t.dtype.bitsize()
+                    / 8
+            ])
         };
         let progress = indicatif::ProgressBar::hidden();
         write_safetensors(&path, &tensors, &HashMap::new(), bytes, &progress).unwrap();
@@ -116,7 +120,11 @@ mod tests {
         }];
         let mut got = loaded_bytes(&path, DType::BF16, &at_load).unwrap();
         got.sort();
-        let want = [("at_load", 4 * 2 * 34), ("norm", 64 * 2), ("stored_q4", 4 * 2 * 18)];
+        let want = [
+            ("at_load", 4 * 2 * 34),
+            ("norm", 64 * 2),
+            ("stored_q4", 4 * 2 * 18),
+        ];
         let want: Vec<(String, usize)> = want.iter().map(|&(k, b)| (k.into(), b)).collect();
         assert_eq!(got, want);
         let unquantized = loaded_bytes(&path, DType::F32, &[]).unwrap();
