@@ -82,12 +82,10 @@ unsafe fn tile<const Q4: bool, const VNNI: bool, const R: usize, const M: usize>
     for b in 0..blocks {
         for (row, sums) in rows.iter().zip(acc.iter_mut()) {
             let block = row.add(b * bytes);
-            if M == 1 {
-                // The same block of the next tile's outputs (the rows after these): eight
-                // interleaved rows defeat the hardware's prefetcher, and a decode step's
-                // loads waited on memory.
-                _mm_prefetch::<_MM_HINT_T0>(block.wrapping_add(R * blocks * bytes).cast());
-            }
+            // The same block of the next tile's outputs (the rows after these): a decode
+            // step's eight interleaved rows defeat the hardware's prefetcher, and its loads
+            // waited on memory; one output by several rows gained too.
+            _mm_prefetch::<_MM_HINT_T0>(block.wrapping_add(R * blocks * bytes).cast());
             let w = weights::<Q4>(block.add(2));
             let magnitudes = _mm256_sign_epi8(w, w);
             let d = weight_scale(block);
