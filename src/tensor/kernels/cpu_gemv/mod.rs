@@ -25,7 +25,6 @@ pub(crate) mod x86;
 pub use peak::{peak_f32_flops, sampled_f32_flops};
 
 use half::bf16;
-use libc::c_void;
 use std::fmt;
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -425,33 +424,19 @@ pub fn linear_with<E: Element>(
         block: kernel.block,
     };
     let parallel = threads > 1 && std::mem::size_of_val(w) >= PARALLEL_MIN_BYTES;
-    match openmp::runtime() {
-        Some(omp) if parallel => {
-            // SAFETY: `job` lives until `parallel` returns, and each thread computes a
-            // different range of weight rows (`run_share`), so no output is written twice.
-            unsafe {
-                omp.parallel(
-                    run_share::<E>,
-                    &job as *const Job<E> as *mut c_void,
-                    threads,
-                )
-            }
-        }
-        // SAFETY: the lengths were checked above; `y` is borrowed mutably for the call, and
-        // the variant is supported.
-        _ => unsafe { (job.run)(&job, 0..out) },
+    // Whole blocks of weight rows, in order of thread number, so every thread but the last
+    // runs full blocks (and a block's outputs sit where they would with one thread).
+    // SAFETY: the lengths were checked above, `y` is borrowed mutably for the call, the
+    // variant is supported, and each thread computes a different range of weight rows, so
+    // no output is written twice.
+    unsafe {
+        openmp::run_shares(
+            out,
+            job.block,
+            if parallel { threads } else { 1 },
+            &|rows| (job.run)(&job, rows),
+        )
     }
-}
-
-/// Runs one OpenMP thread's share of a [`Job`]: whole blocks of weight rows, in order of
-/// thread number, so every thread but the last runs full blocks (and a block's outputs sit
-/// where they would with one thread).
-extern "C" fn run_share<E: Element>(job: *mut c_void) {
-    let omp = openmp::runtime().expect("called from an OpenMP parallel region");
-    // SAFETY: `linear_with` passes a `Job<E>` that outlives the parallel region.
-    let job = unsafe { &*(job as *const Job<E>) };
-    // SAFETY: the ranges of different threads are disjoint and within `0..out`.
-    unsafe { (job.run)(job, omp.share(job.out, job.block)) };
 }
 
 /// One product, shared by the threads that compute it.

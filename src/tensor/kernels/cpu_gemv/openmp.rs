@@ -47,6 +47,35 @@ impl Runtime {
     }
 }
 
+/// Runs `run` over `0..len` on `threads` OpenMP threads, each thread on its [`Runtime::share`]
+/// of whole blocks of `block`; on the calling thread, `run(0..len)`, when `threads` is 1 or no
+/// runtime is loaded.
+///
+/// # Safety
+/// `run` must be safe to call concurrently on disjoint ranges.
+pub unsafe fn run_shares(len: usize, block: usize, threads: usize, run: &dyn Fn(Range<usize>)) {
+    struct Shares<'a> {
+        len: usize,
+        block: usize,
+        run: &'a dyn Fn(Range<usize>),
+    }
+    extern "C" fn body(data: *mut c_void) {
+        let omp = runtime().expect("called from an OpenMP parallel region");
+        // SAFETY: `run_shares` passes `Shares` that outlive the parallel region.
+        let shares = unsafe { &*(data as *const Shares) };
+        (shares.run)(omp.share(shares.len, shares.block));
+    }
+    match runtime() {
+        Some(omp) if threads > 1 => {
+            let shares = Shares { len, block, run };
+            // SAFETY: `shares` lives until `parallel` returns; the caller vouches for `run`
+            // on the threads' disjoint ranges.
+            omp.parallel(body, &shares as *const Shares as *mut c_void, threads)
+        }
+        _ => run(0..len),
+    }
+}
+
 /// The runtime loaded in this process, if any.
 pub fn runtime() -> Option<&'static Runtime> {
     static RUNTIME: OnceLock<Option<Runtime>> = OnceLock::new();

@@ -233,63 +233,21 @@ pub fn dequantize_rows(
     let row_bytes = format.bytes(1, k);
     let blocks = &blocks[rows.start * row_bytes..rows.end * row_bytes];
     assert_eq!(tile.len(), rows.len() * k, "tile length");
-    let job = DequantizeJob {
-        format,
-        blocks: blocks.as_ptr(),
-        row_bytes,
-        tile: tile.as_mut_ptr(),
-        k,
-        rows: rows.len(),
-        to_bf16,
+    let tile = tile.as_mut_ptr();
+    let threads = if blocks.len() >= PARALLEL_MIN_BYTES {
+        threads
+    } else {
+        1
     };
-    match super::cpu_gemv::openmp::runtime() {
-        Some(omp) if threads > 1 && blocks.len() >= PARALLEL_MIN_BYTES => {
-            // SAFETY: `job` lives until `parallel` returns, and each thread writes a
-            // different range of rows (`dequantize_share`).
-            unsafe {
-                omp.parallel(
-                    dequantize_share,
-                    &job as *const _ as *mut libc::c_void,
-                    threads,
-                )
-            }
-        }
-        // SAFETY: `job` covers `tile` and `blocks`, borrowed for the call.
-        _ => unsafe { job.run(0..job.rows) },
+    // SAFETY: each thread reads its own rows of `blocks` and writes the same rows of `tile`,
+    // which `share` keeps within `0..rows.len()` and is borrowed mutably for the call.
+    unsafe {
+        super::cpu_gemv::openmp::run_shares(rows.len(), 1, threads, &|share| {
+            let values = std::slice::from_raw_parts_mut(tile.add(share.start * k), share.len() * k);
+            let share_blocks = &blocks[share.start * row_bytes..share.end * row_bytes];
+            dequantize_blocks(format, share_blocks, values, to_bf16);
+        })
     }
-}
-
-/// One [`dequantize_rows`] call, shared by its threads.
-struct DequantizeJob {
-    format: QuantFormat,
-    blocks: *const u8,
-    row_bytes: usize,
-    tile: *mut f32,
-    k: usize,
-    rows: usize,
-    to_bf16: bool,
-}
-
-impl DequantizeJob {
-    /// # Safety
-    /// `rows` is within `0..self.rows`, and no other thread writes them.
-    unsafe fn run(&self, rows: Range<usize>) {
-        let blocks = std::slice::from_raw_parts(
-            self.blocks.add(rows.start * self.row_bytes),
-            rows.len() * self.row_bytes,
-        );
-        let tile =
-            std::slice::from_raw_parts_mut(self.tile.add(rows.start * self.k), rows.len() * self.k);
-        dequantize_blocks(self.format, blocks, tile, self.to_bf16);
-    }
-}
-
-extern "C" fn dequantize_share(job: *mut libc::c_void) {
-    let omp = super::cpu_gemv::openmp::runtime().expect("called from an OpenMP parallel region");
-    // SAFETY: `dequantize_rows` passes a job that outlives the parallel region.
-    let job = unsafe { &*(job as *const DequantizeJob) };
-    // SAFETY: the threads' shares are disjoint and within `0..rows`.
-    unsafe { job.run(omp.share(job.rows, 1)) };
 }
 
 /// Input rows one call of a variant's kernel takes at most.
@@ -441,24 +399,17 @@ pub fn linear_with(
         run: kernel(variant),
     };
     let parallel = threads > 1 && w.len() >= PARALLEL_MIN_BYTES;
-    match super::cpu_gemv::openmp::runtime() {
-        Some(omp) if parallel => {
-            // SAFETY: `job` lives until `parallel` returns, and each thread computes a
-            // different range of outputs (`run_share`), so no output is written twice.
-            unsafe { omp.parallel(run_share, &job as *const Job as *mut libc::c_void, threads) }
-        }
-        // SAFETY: the lengths were checked above; `y` is borrowed mutably for the call, and
-        // the variant is supported.
-        _ => unsafe { (job.run)(&job, 0..out) },
+    // SAFETY: the lengths were checked above, `y` is borrowed mutably for the call, the
+    // variant is supported, and each thread computes a different range of outputs, so no
+    // output is written twice.
+    unsafe {
+        super::cpu_gemv::openmp::run_shares(
+            out,
+            OUTPUT_BLOCK,
+            if parallel { threads } else { 1 },
+            &|outputs| (job.run)(&job, outputs),
+        )
     }
-}
-
-extern "C" fn run_share(job: *mut libc::c_void) {
-    let omp = super::cpu_gemv::openmp::runtime().expect("called from an OpenMP parallel region");
-    // SAFETY: `linear_with` passes a `Job` that outlives the parallel region.
-    let job = unsafe { &*(job as *const Job) };
-    // SAFETY: the ranges of different threads are disjoint and within `0..out`.
-    unsafe { (job.run)(job, omp.share(job.out, OUTPUT_BLOCK)) };
 }
 
 /// Lanes of the f32 sums: lane `j` of a block takes its products `4j..4j + 4`.
