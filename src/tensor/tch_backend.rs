@@ -1,5 +1,6 @@
-//! libtorch backend (`tch`). Conv layouts are PyTorch's own, so NLC sequences are transposed to
-//! NCL around each convolution here, inside the backend.
+//! libtorch backend (`tch`). Conv weights keep PyTorch's shapes; f32 convs on the CPU run as
+//! products on the NLC rows (`kernels/cpu/conv.rs`), others through libtorch's convolutions,
+//! with NLC sequences transposed to NCL around them here, inside the backend.
 
 use super::kernels::cpu::{self, settle_vector_math};
 use super::quantized::QuantFormat;
@@ -402,18 +403,26 @@ impl NetworkOps for TchTensor {
         Self::wrap(out)
     }
 
-    fn prepare_conv_weight(weight: &Self, _kind: ConvKind) -> Self {
-        // libtorch convolutions take PyTorch layouts as they are.
-        weight.clone()
+    fn prepare_conv_weight(weight: &Self, kind: ConvKind) -> Self {
+        Self::wrap(cpu::prepare_conv_weight(
+            &weight.0,
+            kind == ConvKind::Transpose,
+        ))
     }
 
     fn conv1d(&self, weight: &Self, stride: usize) -> Self {
+        if let Some(y) = cpu::conv1d(&self.0, &weight.0, stride, 1, 1) {
+            return Self::wrap(y);
+        }
         let x = self.0.transpose(1, 2);
         let y = x.conv1d::<tch::Tensor>(&weight.0, None, [stride as i64], [0], [1], 1);
         Self::wrap(y.transpose(1, 2))
     }
 
     fn conv1d_dilated(&self, weight: &Self, dilation: usize, groups: usize) -> Self {
+        if let Some(y) = cpu::conv1d(&self.0, &weight.0, 1, dilation, groups) {
+            return Self::wrap(y);
+        }
         let x = self.0.transpose(1, 2);
         let y =
             x.conv1d::<tch::Tensor>(&weight.0, None, [1], [0], [dilation as i64], groups as i64);
@@ -421,6 +430,9 @@ impl NetworkOps for TchTensor {
     }
 
     fn conv_transpose1d(&self, weight: &Self, stride: usize) -> Self {
+        if let Some(y) = cpu::conv_transpose1d(&self.0, &weight.0, stride) {
+            return Self::wrap(y);
+        }
         let x = self.0.transpose(1, 2);
         let y =
             x.conv_transpose1d::<tch::Tensor>(&weight.0, None, [stride as i64], [0], [0], 1, [1]);

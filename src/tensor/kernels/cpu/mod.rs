@@ -4,6 +4,7 @@
 //! Each choice keeps the bits the tests pin: a request's result does not depend on its batch.
 
 mod attention;
+mod conv;
 mod linear;
 mod packed_linear;
 mod quantized_linear;
@@ -11,6 +12,7 @@ mod rms_norm;
 mod vector_math;
 
 pub(in crate::tensor) use attention::attention;
+pub(in crate::tensor) use conv::{conv1d, conv_transpose1d, prepare as prepare_conv_weight};
 pub(in crate::tensor) use linear::{linear, multiply_adds};
 pub(in crate::tensor) use packed_linear::{fused_linear, linear_rows, pack_for_few_rows};
 pub(in crate::tensor) use quantized_linear::{from_blocks, quantize_weight};
