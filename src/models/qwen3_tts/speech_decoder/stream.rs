@@ -28,8 +28,6 @@ pub(super) struct KvWindow<T> {
 
 /// The state of one utterance being decoded in chunks (`SpeechDecoder::new_stream`).
 pub struct DecoderStream<T> {
-    /// Whether calls leave their context behind; a one-shot decode keeps nothing.
-    keep: bool,
     /// Per stateful conv (numbered as the decoder loads), its last inputs.
     tails: Vec<Option<T>>,
     /// Per attention layer.
@@ -38,9 +36,8 @@ pub struct DecoderStream<T> {
 }
 
 impl<T: Tensor> DecoderStream<T> {
-    pub(super) fn new(convs: usize, layers: usize, keep: bool) -> Self {
+    pub(super) fn new(convs: usize, layers: usize) -> Self {
         DecoderStream {
-            keep,
             tails: (0..convs).map(|_| None).collect(),
             windows: (0..layers).map(|_| None).collect(),
             frames: 0,
@@ -62,20 +59,16 @@ impl<T: Tensor> DecoderStream<T> {
     }
 
     /// Keeps `tail`, the last inputs of conv `slot`, for the next call.
-    pub(super) fn keep_tail(&mut self, slot: usize, tail: impl FnOnce() -> T) {
-        if self.keep {
-            self.tails[slot] = Some(tail());
-        }
+    pub(super) fn keep_tail(&mut self, slot: usize, tail: T) {
+        self.tails[slot] = Some(tail);
     }
 
     pub(super) fn take_window(&mut self, layer: usize) -> Option<KvWindow<T>> {
         self.windows[layer].take()
     }
 
-    pub(super) fn keep_window(&mut self, layer: usize, window: impl FnOnce() -> KvWindow<T>) {
-        if self.keep {
-            self.windows[layer] = Some(window());
-        }
+    pub(super) fn keep_window(&mut self, layer: usize, window: KvWindow<T>) {
+        self.windows[layer] = Some(window);
     }
 
     /// Positions layer 0 holds from earlier calls (all layers hold as many).

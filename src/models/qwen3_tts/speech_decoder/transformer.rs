@@ -124,10 +124,13 @@ impl<T: Tensor> PreTransformer<T> {
         let total = keys.shape()[2];
         let past = total - len;
         let kept = total.min(t.window - 1);
-        stream.keep_window(index, || KvWindow {
-            keys: keys.narrow(2, total - kept, kept),
-            values: values.narrow(2, total - kept, kept),
-        });
+        stream.keep_window(
+            index,
+            KvWindow {
+                keys: keys.narrow(2, total - kept, kept),
+                values: values.narrow(2, total - kept, kept),
+            },
+        );
         let q = q.rope_interleaved(rope, past);
         let keys = keys.rope_interleaved(rope, 0);
         let outs: Vec<T> = blocks
