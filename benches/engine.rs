@@ -1,7 +1,7 @@
 //! Per-step engine costs on the tiny random checkpoint: tokenizer, one decode frame
 //! (backbone + flow head), codec decode; and the bf16 products of one full-size backbone
-//! layer, the project's kernel beside libtorch's GEMM. Full-size per-frame numbers come from
-//! `voxtral-tts bench`.
+//! layer, the project's kernel beside libtorch's GEMM; the Qwen3-TTS decoder's widest
+//! convolutions beside libtorch's. Full-size per-frame numbers come from `voxtral-tts bench`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;
@@ -199,12 +199,73 @@ fn quantized_layer_products(c: &mut Criterion) {
     }
 }
 
+/// Convolutions of the Qwen3-TTS speech-tokenizer decoder's first block at its published
+/// width, on the NLC rows of a one-frame and a 16-frame chunk: the backend's (products per
+/// tap) beside libtorch's own convolution of the same values. Throughput is in multiply-adds.
+fn decoder_convolutions(c: &mut Criterion) {
+    use criterion::Throughput;
+    use voxtral_tts::tensor::{ConvKind, NetworkOps};
+    let _guard = tch::no_grad_guard();
+    let f32s = (tch::Kind::Float, tch::Device::Cpu);
+    let mut group = c.benchmark_group("qwen3 decoder block 1 convolutions");
+    group.sample_size(10);
+    for frames in [1i64, 16] {
+        // The transposed conv (1536 to 768 channels, kernel 16, stride 8) reads the chunk's 4
+        // samples per frame and one earlier; the dilated conv (768, kernel 7, dilation 9) its
+        // 32 per frame and 54 earlier.
+        let up_x = tch::Tensor::randn([1, 4 * frames + 1, 1536], f32s);
+        let up_w = tch::Tensor::randn([1536, 768, 16], f32s);
+        let conv_x = tch::Tensor::randn([1, 32 * frames + 54, 768], f32s);
+        let conv_w = tch::Tensor::randn([768, 768, 7], f32s);
+        let up = TchTensor::prepare_conv_weight(&TchTensor(up_w.copy()), ConvKind::Transpose);
+        let conv = TchTensor::prepare_conv_weight(&TchTensor(conv_w.copy()), ConvKind::Conv);
+        let (up_in, conv_in) = (TchTensor(up_x.copy()), TchTensor(conv_x.copy()));
+        group.throughput(Throughput::Elements(
+            (up_x.size()[1] * 1536 * 768 * 16) as u64,
+        ));
+        group.bench_function(format!("{frames} frames/transposed/products"), |b| {
+            b.iter(|| black_box(up_in.conv_transpose1d(&up, 8)))
+        });
+        group.bench_function(format!("{frames} frames/transposed/libtorch"), |b| {
+            b.iter(|| {
+                black_box(up_x.transpose(1, 2).conv_transpose1d::<tch::Tensor>(
+                    &up_w,
+                    None,
+                    [8],
+                    [0],
+                    [0],
+                    1,
+                    [1],
+                ))
+            })
+        });
+        group.throughput(Throughput::Elements((32 * frames * 768 * 768 * 7) as u64));
+        group.bench_function(format!("{frames} frames/dilated/products"), |b| {
+            b.iter(|| black_box(conv_in.conv1d_dilated(&conv, 9, 1)))
+        });
+        group.bench_function(format!("{frames} frames/dilated/libtorch"), |b| {
+            b.iter(|| {
+                black_box(conv_x.transpose(1, 2).conv1d::<tch::Tensor>(
+                    &conv_w,
+                    None,
+                    [1],
+                    [0],
+                    [9],
+                    1,
+                ))
+            })
+        });
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     tokenizer,
     text_front_end,
     frames,
     layer_products,
-    quantized_layer_products
+    quantized_layer_products,
+    decoder_convolutions
 );
 criterion_main!(benches);
