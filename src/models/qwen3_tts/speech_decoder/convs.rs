@@ -114,7 +114,10 @@ impl<T: Tensor> CausalConv<T> {
                 None => x.pad_time(self.context, 0, PadMode::Zero),
             };
             let len = input.shape()[1];
-            stream.keep_tail(self.slot, input.narrow(1, len - self.context, self.context));
+            stream.keep_tail(
+                self.slot,
+                &input.narrow(1, len - self.context, self.context),
+            );
             input
         };
         input
@@ -179,7 +182,7 @@ impl<T: Tensor> CausalTransposeConv<T> {
         let total = input.shape()[1];
         stream.keep_tail(
             self.slot,
-            input.narrow(1, total - self.overlap, self.overlap),
+            &input.narrow(1, total - self.overlap, self.overlap),
         );
         input
             .conv_transpose1d(&self.weight, self.stride)

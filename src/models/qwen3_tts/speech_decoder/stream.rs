@@ -58,17 +58,21 @@ impl<T: Tensor> DecoderStream<T> {
         self.tails[slot].take()
     }
 
-    /// Keeps `tail`, the last inputs of conv `slot`, for the next call.
-    pub(super) fn keep_tail(&mut self, slot: usize, tail: T) {
-        self.tails[slot] = Some(tail);
+    /// Keeps a copy of `tail`, the last inputs of conv `slot`, for the next call.
+    pub(super) fn keep_tail(&mut self, slot: usize, tail: &T) {
+        self.tails[slot] = Some(owned(tail));
     }
 
     pub(super) fn take_window(&mut self, layer: usize) -> Option<KvWindow<T>> {
         self.windows[layer].take()
     }
 
-    pub(super) fn keep_window(&mut self, layer: usize, window: KvWindow<T>) {
-        self.windows[layer] = Some(window);
+    /// Keeps a copy of the last `keys` and `values` of attention layer `layer`.
+    pub(super) fn keep_window(&mut self, layer: usize, keys: &T, values: &T) {
+        self.windows[layer] = Some(KvWindow {
+            keys: owned(keys),
+            values: owned(values),
+        });
     }
 
     /// Positions layer 0 holds from earlier calls (all layers hold as many).
@@ -78,4 +82,10 @@ impl<T: Tensor> DecoderStream<T> {
             .and_then(Option::as_ref)
             .map_or(0, |w| w.keys.shape()[2])
     }
+}
+
+/// A copy of `view` holding only its own values: a view of a pass's activations would keep
+/// all of them alive between calls (about 125 MB per stream after a 16-frame pass).
+fn owned<T: Tensor>(view: &T) -> T {
+    T::cat(&[view], 0)
 }

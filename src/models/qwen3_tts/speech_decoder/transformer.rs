@@ -5,7 +5,7 @@
 //! stream kept of the ones before.
 
 use super::convs::Affine;
-use super::stream::{DecoderStream, KvWindow};
+use super::stream::DecoderStream;
 use crate::models::qwen3_tts::codec_transformer::{CodecTransformer, Dims, Layers};
 use crate::models::qwen3_tts::config::SpeechDecoderConfig;
 use crate::nn::layers::{Loader, RmsNorm};
@@ -65,7 +65,7 @@ impl<T: Tensor> PreTransformer<T> {
         let t = &self.transformer;
         let len = x.shape()[1];
         let past = stream.past_positions();
-        // Positions count from the oldest key kept (see `KvWindow`).
+        // Positions count from the oldest key kept (see `stream::KvWindow`).
         let rope = T::rope_table(&t.device, past + len, t.head_dim, t.theta);
         let blocks = self.blocks(past, len);
         let mut h = self.input_proj.forward(x);
@@ -126,10 +126,8 @@ impl<T: Tensor> PreTransformer<T> {
         let kept = total.min(t.window - 1);
         stream.keep_window(
             index,
-            KvWindow {
-                keys: keys.narrow(2, total - kept, kept),
-                values: values.narrow(2, total - kept, kept),
-            },
+            &keys.narrow(2, total - kept, kept),
+            &values.narrow(2, total - kept, kept),
         );
         let q = q.rope_interleaved(rope, past);
         let keys = keys.rope_interleaved(rope, 0);
