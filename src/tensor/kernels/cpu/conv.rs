@@ -3,9 +3,10 @@
 //! taps' outputs are overlap-added.
 //!
 //! libtorch's own convolutions take NCL input, so each call transposes the input and the
-//! output, and on short inputs with wide channels (a streaming decoder's chunks) its kernels
-//! ran 5 to 20 times below the products' speed (Qwen3-TTS's first decoder block: 53 ms for a
-//! one-frame chunk's transposed conv, whose 94 million multiply-adds take 2 ms as a product).
+//! output, and on short inputs with wide channels (a streaming decoder's chunks) they ran up
+//! to 14 times slower than the products (Qwen3-TTS's first decoder block: 52.5 ms for a
+//! one-frame chunk's transposed conv, 3.8 ms as a product; `cargo bench --bench engine --
+//! "qwen3 decoder"`).
 //! Here the NLC rows are the products' rows as they are, and each tap's weight matrix is
 //! contiguous (see [`prepare`]).
 
@@ -13,14 +14,27 @@ use super::linear::cpu_linear;
 use crate::tensor::kernels::cpu_gemv;
 use tch::{Device, Kind, Tensor};
 
-/// `rows @ matrix.T` (`matrix` `[out, in]`): a few rows (a streaming chunk's first layers)
-/// through the few-row kernel, which reads the weight at the memory's speed; more through
-/// the GEMM.
+/// Whether `rows` are few enough for the few-row kernel, which reads a weight at the
+/// memory's speed (a streaming chunk's first layers); more go through the GEMM.
+fn few(rows: &Tensor) -> bool {
+    rows.size()[0] as usize <= cpu_gemv::MAX_ROWS
+}
+
+/// `rows @ matrix.T` (`matrix` `[out, in]`).
 fn product(rows: &Tensor, matrix: &Tensor) -> Tensor {
-    if rows.size()[0] as usize <= cpu_gemv::MAX_ROWS {
+    if few(rows) {
         cpu_linear(rows, matrix)
     } else {
         rows.mm(&matrix.tr())
+    }
+}
+
+/// `sum + rows @ matrix.T`, in `sum`'s storage: for many rows the GEMM adds in place itself.
+fn add_product(mut sum: Tensor, rows: &Tensor, matrix: &Tensor) -> Tensor {
+    if few(rows) {
+        sum.g_add_(&product(rows, matrix))
+    } else {
+        sum.addmm_(rows, &matrix.tr())
     }
 }
 
@@ -65,7 +79,6 @@ pub fn conv1d(
     let (stride, dilation) = (stride as i64, dilation as i64);
     let out_len = (len - (taps - 1) * dilation - 1) / stride + 1;
     let rows = x.select(0, 0);
-    let few_rows = out_len as usize <= cpu_gemv::MAX_ROWS;
     let mut y: Option<Tensor> = None;
     for tap in 0..taps {
         // Output t reads input t · stride + tap · dilation: a strided view of the rows.
@@ -74,9 +87,7 @@ pub fn conv1d(
         let matrix = weight.select(2, tap);
         y = Some(match y {
             None => product(&input, &matrix),
-            // Many rows: summed in place by the GEMM itself.
-            Some(mut sum) if !few_rows => sum.addmm_(&input, &matrix.tr()),
-            Some(mut sum) => sum.g_add_(&product(&input, &matrix)),
+            Some(sum) => add_product(sum, &input, &matrix),
         });
     }
     y.map(|y| y.unsqueeze(0))
