@@ -13,7 +13,7 @@ use crate::nn::quantized_keys::{self, Quantized};
 use crate::nn::safetensors_writer::{write_safetensors, TensorSpec};
 use crate::tensor::quantized::{quantize, QuantFormat, GROUP};
 use crate::tensor::tch_backend::TchTensor;
-use crate::tensor::{DType, RawTensor, Tensor, TensorData};
+use crate::tensor::{DType, RawTensor, Tensor};
 use anyhow::{bail, ensure, Context, Result};
 use safetensors::{Dtype, SafeTensors};
 use std::collections::{HashMap, HashSet};
@@ -126,9 +126,8 @@ pub fn weight_format<T: Tensor>(
     dtype: DType,
     quantize: Option<QuantFormat>,
 ) -> String {
-    let quantized = T::BACKEND == TchTensor::BACKEND && T::is_cpu(device);
     match stored_format(dir).or(quantize) {
-        Some(format) if quantized => format.name().to_string(),
+        Some(format) if T::multiplies_quantized(device) => format.name().to_string(),
         _ => dtype.to_string(),
     }
 }

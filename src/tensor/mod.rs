@@ -347,6 +347,11 @@ pub trait Tensor: TensorData + Elementwise + Layout + NetworkOps {
     fn pack_for_few_rows(_parts: &[&Self], _products: Products) -> Option<Self> {
         None
     }
+    /// Whether `linear` multiplies the weights of `quantize_weight` and `from_quantized` in
+    /// their own bits on `device` (elsewhere they are dequantized at load).
+    fn multiplies_quantized(_device: &Self::Device) -> bool {
+        false
+    }
     /// The linear weight `[out, in]` stored in `format` for `linear` and `linear_rows`
     /// (`quantized`), or `None` where this backend multiplies only its own dtypes (the weight
     /// then stays as it is).

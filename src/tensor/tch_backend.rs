@@ -551,6 +551,11 @@ impl Tensor for TchTensor {
         cpu::pack_for_few_rows(parts, products)
     }
 
+    /// On the CPU only (`cpu::quantized_linear`).
+    fn multiplies_quantized(device: &Device) -> bool {
+        *device == Device::Cpu
+    }
+
     fn quantize_weight(&self, format: QuantFormat) -> Option<Self> {
         cpu::quantize_weight(self, format)
     }

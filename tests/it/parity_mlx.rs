@@ -80,3 +80,43 @@ fn mlx_evaluates_once_per_backbone_pass_flow_head_frame_and_decode() {
     assert_eq!(evaluations() - before, 1, "codec decode: one evaluation");
     assert_eq!(synthesis.codes, case.codes()[..frames].to_vec());
 }
+
+/// Quantized weights on MLX (its own `quantized_matmul`), against MLX's f32 run on the same
+/// checkpoint, teacher-forced, with the bounds the libtorch CPU run keeps
+/// (tests/it/quantization.rs): q8 at least 95% of the semantic codes and of the acoustic
+/// levels within one.
+#[test]
+fn mlx_quantized_predictions_stay_near_f32_teacher_forced() {
+    use crate::quantization::voxtral_agreement;
+    use voxtral_tts::engine::EngineOptions;
+    use voxtral_tts::models::voxtral_tts::Voxtral;
+    use voxtral_tts::tensor::quantized::QuantFormat;
+    let case = Case::load("tiny_noise");
+    let load = |quantize| {
+        let options = EngineOptions {
+            quantize,
+            ..EngineOptions::default()
+        };
+        Voxtral::<MlxTensor>::load_for(&case.model_dir(), &device(), DType::F32, &options).unwrap()
+    };
+    let reference = load(None)
+        .start(&case.request(case.codes().len()))
+        .unwrap()
+        .finish()
+        .unwrap()
+        .codes;
+    assert!(reference.len() >= 10, "too few frames to measure");
+    for (format, min_semantic, min_acoustic) in
+        [(QuantFormat::Q8, 0.95, 0.95), (QuantFormat::Q4, 0.25, 0.6)]
+    {
+        let (semantic, acoustic) = voxtral_agreement(&load(Some(format)), &case, &reference);
+        eprintln!(
+            "MLX {format} against f32, teacher-forced: semantic {:.1}%, acoustic within one {:.1}% ({} frames)",
+            100.0 * semantic,
+            100.0 * acoustic,
+            reference.len()
+        );
+        assert!(semantic >= min_semantic, "{format}: semantic {semantic:.3}");
+        assert!(acoustic >= min_acoustic, "{format}: acoustic {acoustic:.3}");
+    }
+}

@@ -19,7 +19,7 @@ use voxtral_tts::models::xtts::testkit::STUDIO_VOICES as XTTS_STUDIO_VOICES;
 use voxtral_tts::nn::layer_probe::{self, LayerOutput};
 use voxtral_tts::tensor::quantized::QuantFormat;
 use voxtral_tts::tensor::tch_backend::TchTensor;
-use voxtral_tts::tensor::{DType, Layout, TensorData};
+use voxtral_tts::tensor::{DType, Layout, Tensor, TensorData};
 
 const CPU: tch::Device = tch::Device::Cpu;
 
@@ -136,8 +136,8 @@ fn a_folder_that_is_not_a_model_or_already_quantized_is_refused() {
 /// Teacher-forced agreement of a Voxtral TTS model with reference frames: each step reads the
 /// reference's frame, so one differing code does not compound. Semantic codes equal, and
 /// acoustic levels within one.
-fn voxtral_agreement(
-    model: &Voxtral<TchTensor>,
+pub(crate) fn voxtral_agreement<T: Tensor>(
+    model: &Voxtral<T>,
     case: &Case,
     reference: &[Vec<u32>],
 ) -> (f64, f64) {

@@ -26,3 +26,20 @@ fn device_mlx_serves_speech_through_the_mlx_backend() {
         "{logs}"
     );
 }
+
+/// `quantize = "q8"` on MLX: the weights are multiplied in MLX's quantized form, and
+/// `/v1/models` says so.
+#[test]
+fn device_mlx_serves_quantized_weights() {
+    let server = Server::start(&[
+        ("VOXTRAL_DEVICE", "mlx"),
+        ("VOXTRAL_DTYPE", "f32"),
+        ("VOXTRAL_QUANTIZE", "q8"),
+    ]);
+    let models = server.get("/v1/models").json();
+    assert_eq!(models["data"][0]["weights"], "q8", "{models}");
+    let reply = server.speech(speech_body("nova", "pcm", 5, 6));
+    assert_eq!(reply.status, 200);
+    let pcm = pcm_samples(&reply);
+    assert!(!pcm.is_empty() && pcm.iter().any(|&s| s != 0), "silence");
+}

@@ -17,6 +17,9 @@
 //!   MLX's default device. The constructors (`from_*`, `zeros`), which the model calls with its
 //!   device, make that device the default.
 
+mod quantized;
+
+use super::quantized::QuantFormat;
 use super::{
     ConvKind, DType, Elementwise, Layout, NetworkOps, PadMode, RawTensor, Tensor, TensorData,
 };
@@ -92,23 +95,29 @@ impl MlxDevice {
     }
 }
 
-/// An MLX array. `conv` records a conv weight already in MLX layout (and for which kind).
-/// Cloning shares the array (MLX arrays are immutable; `write_at` replaces it).
+/// An MLX array. `conv` records a conv weight already in MLX layout (and for which kind);
+/// `quantized`, a linear weight in MLX's quantized form, whose packed values `array` holds.
+/// Cloning shares the arrays (MLX arrays are immutable; `write_at` replaces it).
 #[derive(Clone)]
 pub struct MlxTensor {
     array: Array,
     conv: Option<ConvKind>,
+    quantized: Option<quantized::Affine>,
 }
 
 impl std::fmt::Debug for MlxTensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "MlxTensor({:?}, {:?}{})",
+            "MlxTensor({:?}, {:?}{}{})",
             self.array.shape(),
             self.array.dtype(),
             match self.conv {
                 Some(kind) => format!(", {kind:?} weight in MLX layout"),
+                None => String::new(),
+            },
+            match &self.quantized {
+                Some(q) => format!(", packed {}-bit weight", q.bits),
                 None => String::new(),
             }
         )
@@ -165,6 +174,26 @@ fn slice_bounds(shape: &[i32], dim: usize, start: usize, len: usize) -> (Vec<i32
     (lo, hi)
 }
 
+/// `a`'s `len` entries from `start` along `dim` (a view).
+fn slice(a: &Array, dim: usize, start: usize, len: usize) -> Array {
+    let (lo, hi) = slice_bounds(a.shape(), dim, start, len);
+    let strides = vec![1; lo.len()];
+    // SAFETY: the bounds vectors live across the call and have the array's rank.
+    raw_op(|res, stream| unsafe {
+        mlx_sys::mlx_slice(
+            res,
+            a.as_ptr(),
+            lo.as_ptr(),
+            lo.len(),
+            hi.as_ptr(),
+            hi.len(),
+            strides.as_ptr(),
+            strides.len(),
+            stream,
+        )
+    })
+}
+
 /// `bytes` (little-endian, as a checkpoint stores them) as `T`s: borrowed when aligned.
 fn cast_le<T: Copy>(bytes: &[u8], decode: impl Fn(&[u8]) -> T) -> std::borrow::Cow<'_, [T]> {
     let size = std::mem::size_of::<T>();
@@ -180,11 +209,25 @@ fn cast_le<T: Copy>(bytes: &[u8], decode: impl Fn(&[u8]) -> T) -> std::borrow::C
 
 impl MlxTensor {
     fn wrap(array: Array) -> Self {
-        MlxTensor { array, conv: None }
+        MlxTensor {
+            array,
+            conv: None,
+            quantized: None,
+        }
     }
 
     fn op(r: Result<Array, Exception>) -> Self {
         Self::wrap(check(r))
+    }
+
+    /// The `[out, k]` linear weight that `blocks` stand for, in MLX's quantized form.
+    fn packed(blocks: &[u8], format: QuantFormat, shape: [usize; 2]) -> Self {
+        let (array, affine) = quantized::from_blocks(blocks, format, shape);
+        MlxTensor {
+            array,
+            conv: None,
+            quantized: Some(affine),
+        }
     }
 
     /// The MLX array (for callers that need MLX directly).
@@ -384,29 +427,47 @@ impl Layout for MlxTensor {
         Self::op(ops::broadcast_to(&self.array, &dims(shape)))
     }
 
+    /// A quantized weight narrows by output rows only (`linear_rows`).
     fn narrow(&self, dim: usize, start: usize, len: usize) -> Self {
-        let (lo, hi) = slice_bounds(self.array.shape(), dim, start, len);
-        let strides = vec![1; lo.len()];
-        let a = &self.array;
-        // SAFETY: the bounds vectors live across the call and have the array's rank.
-        Self::wrap(raw_op(|res, stream| unsafe {
-            mlx_sys::mlx_slice(
-                res,
-                a.as_ptr(),
-                lo.as_ptr(),
-                lo.len(),
-                hi.as_ptr(),
-                hi.len(),
-                strides.as_ptr(),
-                strides.len(),
-                stream,
-            )
-        }))
+        let Some(affine) = &self.quantized else {
+            return Self::wrap(slice(&self.array, dim, start, len));
+        };
+        assert_eq!(dim, 0, "a quantized weight narrows by output rows");
+        MlxTensor {
+            array: slice(&self.array, 0, start, len),
+            conv: None,
+            quantized: Some(affine.map(|a| slice(a, 0, start, len))),
+        }
     }
 
+    /// Quantized weights concatenate by output rows only (fused products).
     fn cat(parts: &[&Self], dim: usize) -> Self {
         let arrays: Vec<&Array> = parts.iter().map(|p| &p.array).collect();
-        Self::op(ops::concatenate(&arrays, axis(dim)))
+        let array = check(ops::concatenate(&arrays, axis(dim)));
+        let Some(first) = parts.first().and_then(|p| p.quantized.as_ref()) else {
+            return Self::wrap(array);
+        };
+        let affines: Vec<&quantized::Affine> =
+            parts.iter().filter_map(|p| p.quantized.as_ref()).collect();
+        assert!(
+            dim == 0
+                && affines.len() == parts.len()
+                && affines.iter().all(|q| q.bits == first.bits),
+            "quantized weights concatenate by output rows, with weights of their format"
+        );
+        let stack = |part: fn(&quantized::Affine) -> &Array| {
+            let arrays: Vec<&Array> = affines.iter().map(|&q| part(q)).collect();
+            check(ops::concatenate(&arrays, 0))
+        };
+        MlxTensor {
+            array,
+            conv: None,
+            quantized: Some(quantized::Affine {
+                scales: stack(|q| &q.scales),
+                biases: stack(|q| &q.biases),
+                bits: first.bits,
+            }),
+        }
     }
 
     fn sum_dim(&self, dim: usize) -> Self {
@@ -450,7 +511,10 @@ impl NetworkOps for MlxTensor {
     type Rope = f64;
 
     fn linear(&self, weight: &Self) -> Self {
-        Self::op(ops::matmul(&self.array, weight.array.t()))
+        match &weight.quantized {
+            Some(affine) => Self::op(quantized::linear(&self.array, &weight.array, affine)),
+            None => Self::op(ops::matmul(&self.array, weight.array.t())),
+        }
     }
 
     fn rms_norm(&self, weight: &Self, eps: f64) -> Self {
@@ -519,6 +583,7 @@ impl NetworkOps for MlxTensor {
         MlxTensor {
             array,
             conv: Some(kind),
+            quantized: None,
         }
     }
 
@@ -615,7 +680,37 @@ impl NetworkOps for MlxTensor {
     }
 }
 
-impl Tensor for MlxTensor {}
+/// Quantized weights are multiplied by MLX's `quantized_matmul` on every device.
+impl Tensor for MlxTensor {
+    fn multiplies_quantized(_device: &MlxDevice) -> bool {
+        true
+    }
+
+    fn quantize_weight(&self, format: QuantFormat) -> Option<Self> {
+        let &[out, k] = self.shape().as_slice() else {
+            return None;
+        };
+        if !QuantFormat::fits(k) || self.quantized.is_some() {
+            return None;
+        }
+        // Our blocks, so that a folder quantized at load multiplies the weights a stored one
+        // holds.
+        let blocks = super::quantized::quantize(format, &self.to_vec_f32(), k);
+        Some(Self::packed(&blocks, format, [out, k]))
+    }
+
+    /// Repacked into MLX's form: a copy (MLX does not read our blocks in place).
+    unsafe fn from_quantized(
+        device: &MlxDevice,
+        blocks: &[u8],
+        format: QuantFormat,
+        shape: [usize; 2],
+        _dtype: DType,
+    ) -> Self {
+        device.make_default();
+        Self::packed(blocks, format, shape)
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -797,5 +892,64 @@ mod tests {
         assert_eq!(rows.shape(), vec![2, 2]);
         close(&rows.to_vec_f32(), &[5.0, 6.0, 1.0, 2.0]);
         assert_eq!(rows.sum_dim(0).argmax_last().to_vec_i64(), vec![1]);
+    }
+
+    /// Our q8 and q4 blocks repacked into MLX's form stand for the same weights, bit for bit
+    /// (a folder quantized at load and a stored one too); `quantized_matmul` then multiplies
+    /// them as the dequantized weight, also a narrowed one (`linear_rows`) and two
+    /// concatenated (fused products).
+    #[test]
+    fn quantized_weights_are_our_values_and_multiply_as_them() {
+        use crate::tensor::quantized::{dequantize, quantize};
+        let (out, k) = (24, 96);
+        // Values of both signs and many magnitudes, so that blocks use their whole range.
+        let w: Vec<f32> = (0..out * k)
+            .map(|i| ((i * 7919 % 1009) as f32 / 504.5 - 1.0) * (1 + i % 7) as f32)
+            .collect();
+        let x: Vec<f32> = (0..3 * k)
+            .map(|i| (i * 31 % 97) as f32 / 48.5 - 1.0)
+            .collect();
+        let x = t(&x, &[3, k]);
+        let near = |a: &MlxTensor, b: &MlxTensor| {
+            let (a, b) = (a.to_vec_f32(), b.to_vec_f32());
+            assert_eq!(a.len(), b.len());
+            for (p, q) in a.iter().zip(&b) {
+                assert!((p - q).abs() <= 1e-4 * q.abs().max(1.0), "{p} vs {q}");
+            }
+        };
+        for format in QuantFormat::ALL {
+            let blocks = quantize(format, &w, k);
+            let ours = dequantize(format, &blocks);
+            // SAFETY: `blocks` outlive the tensor (which copies them anyway).
+            let stored =
+                unsafe { MlxTensor::from_quantized(&DEV, &blocks, format, [out, k], DType::F32) };
+            let affine = stored.quantized.as_ref().expect("a quantized weight");
+            let theirs = MlxTensor::wrap(quantized::dequantize(&stored.array, affine));
+            assert_eq!(theirs.to_vec_f32(), ours, "{format}: MLX's values");
+            let at_load = t(&w, &[out, k])
+                .quantize_weight(format)
+                .expect("quantizable");
+            assert_eq!(
+                at_load.to_vec_i64(),
+                stored.to_vec_i64(),
+                "{format}: packed values"
+            );
+
+            let dense = t(&ours, &[out, k]);
+            near(&x.linear(&stored), &x.linear(&dense));
+            near(
+                &x.linear_rows(&stored, 8, 10),
+                &x.linear(&dense.narrow(0, 8, 10)),
+            );
+            let fused = MlxTensor::cat(&[&stored, &at_load.narrow(0, 0, 4)], 0);
+            let fused_dense = MlxTensor::cat(&[&dense, &dense.narrow(0, 0, 4)], 0);
+            near(&x.linear(&fused), &x.linear(&fused_dense));
+            let bf16 = x.to_dtype(DType::BF16).linear(&stored);
+            assert_eq!(
+                bf16.dtype(),
+                DType::BF16,
+                "{format}: a bf16 product stays bf16"
+            );
+        }
     }
 }
