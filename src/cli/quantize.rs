@@ -28,8 +28,12 @@ pub fn run(args: QuantizeArgs) -> Result<()> {
     let result = quantize_folder(&args.model, &args.out, args.format, &progress);
     progress.finish_and_clear();
     let written = result?;
+    let heads = match written.heads_in_q8 {
+        0 => String::new(),
+        n => format!(" ({n} output head{} in q8)", if n == 1 { "" } else { "s" }),
+    };
     eprintln!(
-        "{} weights in {}: {:.1} MB of safetensors became {:.1} MB; wrote {}",
+        "{} weights in {}{heads}: {:.1} MB of safetensors became {:.1} MB; wrote {}",
         written.weights,
         args.format,
         written.bytes_before as f64 / 1e6,

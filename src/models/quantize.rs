@@ -26,6 +26,8 @@ pub const GROUP_KEY: &str = "voxtral_tts.quantization_group";
 /// What [`quantize_folder`] wrote.
 pub struct QuantizedFolder {
     pub weights: usize,
+    /// Of these, the ones stored in `q8` in a `q4` folder (output heads: 8 bits at most).
+    pub heads_in_q8: usize,
     pub bytes_before: u64,
     pub bytes_after: u64,
     pub files: Vec<PathBuf>,
@@ -54,6 +56,7 @@ pub fn quantize_folder(
     let by_key: HashMap<&str, &Quantized> = weights.iter().map(|w| (w.key.as_str(), w)).collect();
     let mut written = QuantizedFolder {
         weights: weights.len(),
+        heads_in_q8: weights.iter().filter(|w| w.format != format).count(),
         bytes_before: 0,
         bytes_after: 0,
         files: Vec::new(),

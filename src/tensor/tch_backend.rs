@@ -277,7 +277,11 @@ impl Elementwise for TchTensor {
 }
 
 impl Layout for TchTensor {
+    /// A quantized table's rows come dequantized, in f32.
     fn embedding(&self, ids: &Self) -> Self {
+        if let Some(rows) = cpu::quantized_embedding(&self.0, &ids.0) {
+            return rows;
+        }
         let flat = ids.0.flatten(0, -1);
         let rows = self.0.index_select(0, &flat);
         let mut shape = ids.0.size();

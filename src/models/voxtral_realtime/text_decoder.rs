@@ -27,8 +27,9 @@ impl<T: Tensor> TextDecoder<T> {
     /// Loads from the checkpoint's root (`layers.*`, `norm.weight`, `mm_streams_embeddings.
     /// embedding_module.tok_embeddings.weight`, `output.weight` if untied), conditioned on
     /// the delay of `config` (tekken.json's); RoPE covers `max_positions`.
-    /// The layers' linear weights are stored in `quantize` where the backend multiplies it;
-    /// the embedding (the tied head) and the conditioning stay as stored.
+    /// The layers' linear weights are stored in `quantize` where the backend multiplies it,
+    /// and the head in `q8` (an output head is kept at 8 bits at most): the tied table then
+    /// serves the embedding's rows dequantized. The conditioning stays as stored.
     pub fn load(
         l: &Loader<T>,
         config: &Config,
@@ -51,10 +52,12 @@ impl<T: Tensor> TextDecoder<T> {
                 Ok(t_cond.linear(&down).gelu().linear(&up).add_scalar(1.0))
             })
             .collect::<Result<Vec<T>, LoadError>>()?;
-        let tok_embeddings = l.tensor(keys::TOKEN_EMBEDDINGS, &[a.vocab_size, a.dim])?;
+        let head = l.quantizing(quantize.map(|_| QuantFormat::Q8));
+        let table = if a.tied_embeddings { &head } else { l };
+        let tok_embeddings = table.tensor(keys::TOKEN_EMBEDDINGS, &[a.vocab_size, a.dim])?;
         let output = match a.tied_embeddings {
             true => None,
-            false => Some(l.tensor("output.weight", &[a.vocab_size, a.dim])?),
+            false => Some(head.tensor("output.weight", &[a.vocab_size, a.dim])?),
         };
         Ok(TextDecoder {
             decoder: decoder.with_ffn_norm_scales(scales),
@@ -75,7 +78,7 @@ impl<T: Tensor> TextDecoder<T> {
     pub fn embed(&self, tokens: &[u32], audio: &T) -> T {
         let ids: Vec<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
         let ids = T::from_i64(&self.device, &ids, &[1, ids.len()]);
-        self.tok_embeddings.embedding(&ids).add(audio)
+        self.token_rows(&ids, audio)
     }
 
     /// The decoder's input for one position of each of several sequences: `tokens[r]` at
@@ -83,7 +86,16 @@ impl<T: Tensor> TextDecoder<T> {
     pub fn embed_rows(&self, tokens: &[u32], audio: &T) -> T {
         let ids: Vec<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
         let ids = T::from_i64(&self.device, &ids, &[ids.len(), 1]);
-        self.tok_embeddings.embedding(&ids).add(audio)
+        self.token_rows(&ids, audio)
+    }
+
+    /// The embeddings of `ids` plus `audio`, in `audio`'s dtype (a quantized table's rows
+    /// come in f32).
+    fn token_rows(&self, ids: &T, audio: &T) -> T {
+        self.tok_embeddings
+            .embedding(ids)
+            .to_dtype(audio.dtype())
+            .add(audio)
     }
 
     /// Runs `input` `[1, len, dim]` (from [`embed`](Self::embed)) after what `slot` holds and

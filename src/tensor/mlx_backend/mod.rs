@@ -411,8 +411,16 @@ impl Elementwise for MlxTensor {
 }
 
 impl Layout for MlxTensor {
+    /// A quantized table's rows come dequantized, in f32 (exact, as on libtorch).
     fn embedding(&self, ids: &Self) -> Self {
-        Self::op(self.array.take_axis(&ids.array, 0))
+        let take = |a: &Array| check(a.take_axis(&ids.array, 0));
+        match &self.quantized {
+            Some(affine) => {
+                let wide = affine.map(|a| check(take(a).as_dtype(Dtype::Float32)));
+                Self::op(quantized::dequantize(&take(&self.array), &wide))
+            }
+            None => Self::wrap(take(&self.array)),
+        }
     }
 
     fn reshape(&self, shape: &[usize]) -> Self {
@@ -923,8 +931,8 @@ mod tests {
             // SAFETY: `blocks` outlive the tensor (which copies them anyway).
             let stored =
                 unsafe { MlxTensor::from_quantized(&DEV, &blocks, format, [out, k], DType::F32) };
-            let affine = stored.quantized.as_ref().expect("a quantized weight");
-            let theirs = MlxTensor::wrap(quantized::dequantize(&stored.array, affine));
+            let ids = MlxTensor::from_i64(&DEV, &(0..out as i64).collect::<Vec<_>>(), &[out]);
+            let theirs = stored.embedding(&ids);
             assert_eq!(theirs.to_vec_f32(), ours, "{format}: MLX's values");
             let at_load = t(&w, &[out, k])
                 .quantize_weight(format)

@@ -112,16 +112,7 @@ pub(super) fn linear(
     )
 }
 
-/// The weight's values in f32, as MLX dequantizes them.
-#[cfg(test)]
-pub(super) fn dequantize(w: &Array, affine: &Affine) -> Array {
-    let widen = |a: &Array| a.as_dtype(mlx_rs::Dtype::Float32).unwrap();
-    ops::dequantize(
-        w,
-        widen(&affine.scales),
-        &widen(&affine.biases),
-        GROUP as i32,
-        affine.bits,
-    )
-    .unwrap()
+/// The weight's values, in the scales' dtype.
+pub(super) fn dequantize(w: &Array, affine: &Affine) -> Result<Array, mlx_rs::error::Exception> {
+    ops::dequantize(w, &affine.scales, &affine.biases, GROUP as i32, affine.bits)
 }

@@ -15,7 +15,7 @@ pub(in crate::tensor) use attention::attention;
 pub(in crate::tensor) use conv::{conv1d, conv_transpose1d, prepare as prepare_conv_weight};
 pub(in crate::tensor) use linear::{linear, multiply_adds};
 pub(in crate::tensor) use packed_linear::{fused_linear, linear_rows, pack_for_few_rows};
-pub(in crate::tensor) use quantized_linear::{from_blocks, quantize_weight};
+pub(in crate::tensor) use quantized_linear::{from_blocks, quantize_weight, quantized_embedding};
 pub(in crate::tensor) use rms_norm::rms_norm;
 pub(in crate::tensor) use vector_math::settle_vector_math;
 

@@ -43,6 +43,22 @@ pub(in crate::tensor) unsafe fn from_blocks(
     ))
 }
 
+/// The rows `ids` (any shape) of a quantized table `[vocab, dim]` (an embedding that is also
+/// a tied head), dequantized to f32: `ids`' shape then `dim`. `None` for any other table.
+pub(in crate::tensor) fn quantized_embedding(
+    table: &tch::Tensor,
+    ids: &tch::Tensor,
+) -> Option<TchTensor> {
+    let format = quantized_format(table)?;
+    let rows = table.index_select(0, &ids.flatten(0, -1)).contiguous();
+    // SAFETY: `rows` is a contiguous CPU tensor of bytes, `numel` of them.
+    let blocks = unsafe { std::slice::from_raw_parts(rows.data_ptr() as *const u8, rows.numel()) };
+    let values = quantized::dequantize(format, blocks);
+    let mut shape = ids.size();
+    shape.push(table.size()[1] * quantized::GROUP as i64);
+    Some(TchTensor(tch::Tensor::from_slice(&values).reshape(shape)))
+}
+
 /// The format of a weight stored by `quantize_weight` or `from_quantized` (bytes
 /// `[out, in / GROUP, block]`), or `None` for any other weight.
 pub(super) fn quantized_format(w: &tch::Tensor) -> Option<QuantFormat> {
@@ -153,5 +169,26 @@ mod tests {
                 assert!(worst <= 0.0, "{format} {kind:?}: {worst} beyond tolerance");
             }
         }
+    }
+
+    /// A quantized table's rows, gathered by ids of any shape, are its dequantized values.
+    #[test]
+    fn a_quantized_table_embeds_its_dequantized_rows() {
+        let (vocab, dim) = (10, 64);
+        let w = tch::Tensor::randn([vocab, dim], (Kind::Float, Device::Cpu));
+        let ids = tch::Tensor::from_slice(&[3i64, 0, 9, 3, 7, 1]).reshape([2, 3]);
+        for format in QuantFormat::ALL {
+            let table = quantize_weight(&TchTensor(w.shallow_clone()), format).expect("fits");
+            let blocks = Vec::<u8>::try_from(table.0.flatten(0, -1)).expect("bytes");
+            let values = tch::Tensor::from_slice(&quantized::dequantize(format, &blocks))
+                .reshape([vocab, dim]);
+            let rows = quantized_embedding(&table.0, &ids).expect("a quantized table");
+            assert_eq!(rows.0.size(), vec![2, 3, dim]);
+            let want = values
+                .index_select(0, &ids.flatten(0, -1))
+                .reshape([2, 3, dim]);
+            assert!(rows.0.equal(&want), "{format}");
+        }
+        assert!(quantized_embedding(&w, &ids).is_none(), "a plain table");
     }
 }
