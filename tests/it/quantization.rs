@@ -16,6 +16,7 @@ use voxtral_tts::models::voxtral_tts::testkit::Preset;
 use voxtral_tts::models::voxtral_tts::Voxtral;
 use voxtral_tts::models::xtts::testkit::cached_endless_test_model as cached_endless_xtts_test_model;
 use voxtral_tts::models::xtts::testkit::STUDIO_VOICES as XTTS_STUDIO_VOICES;
+use voxtral_tts::nn::checkpoint::Checkpoint;
 use voxtral_tts::nn::layer_probe::{self, LayerOutput};
 use voxtral_tts::tensor::quantized::QuantFormat;
 use voxtral_tts::tensor::tch_backend::TchTensor;
@@ -91,6 +92,15 @@ fn a_quantized_speech_to_text_folder_transcribes_as_quantizing_at_load() {
     let tmp = tempfile::tempdir().unwrap();
     let stored = tmp.path().join("stored");
     quantized(&model, &stored, QuantFormat::Q4);
+    // The tied token table is an output head: q8 at most, in a q4 folder too.
+    let ckpt = Checkpoint::open(&stored.join("consolidated.safetensors")).unwrap();
+    let table = voxtral_tts::models::voxtral_realtime::keys::TOKEN_EMBEDDINGS;
+    let shape = ckpt.shape(table).unwrap();
+    let (format, _) = ckpt
+        .quantized(table, [shape[0], shape[1] * 32])
+        .unwrap()
+        .unwrap();
+    assert_eq!(format, QuantFormat::Q8);
     let audio: Vec<f32> = (0..24_000).map(|i| 0.3 * (i as f32 * 0.07).sin()).collect();
     let positions = 128;
     let at_load = Transcriber::<TchTensor>::load_quantized(
