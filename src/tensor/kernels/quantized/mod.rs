@@ -286,6 +286,18 @@ struct Inputs {
     scales: Vec<f32>,
 }
 
+impl Inputs {
+    /// For each block of `values`, eight times the sum of each lane's four values: what
+    /// multiplying by `q4`'s stored nibbles (`q + 8`) adds to each lane of the products, so
+    /// that a kernel may multiply the nibbles as they are and take it off after.
+    fn nibble_offsets(&self) -> Vec<i32> {
+        self.values
+            .chunks_exact(4)
+            .map(|four| 8 * four.iter().map(|&v| i32::from(v)).sum::<i32>())
+            .collect()
+    }
+}
+
 fn quantize_inputs(x: &[f32]) -> Inputs {
     let mut values = vec![0i8; x.len()];
     let scales = x
@@ -311,6 +323,8 @@ pub struct Job {
     x: *const i8,
     /// `rows * k / 32` scales.
     x_scales: *const f32,
+    /// `rows * k / 4` lanes' offsets for `q4` ([`Inputs::nibble_offsets`]); empty for `q8`.
+    x_offsets: *const i32,
     w: *const u8,
     y: *mut f32,
     k: usize,
@@ -387,10 +401,15 @@ pub fn linear_with(
     assert!(rows <= MAX_ROWS, "{rows} rows: more than {MAX_ROWS}");
     assert_eq!(y.len(), rows * out, "output length");
     let inputs = quantize_inputs(x);
+    let offsets = match format {
+        QuantFormat::Q4 => inputs.nibble_offsets(),
+        QuantFormat::Q8 => Vec::new(),
+    };
     let job = Job {
         format,
         x: inputs.values.as_ptr(),
         x_scales: inputs.scales.as_ptr(),
+        x_offsets: offsets.as_ptr(),
         w: w.as_ptr(),
         y: y.as_mut_ptr(),
         k,

@@ -3,8 +3,10 @@
 //! the two blocks' scales, as the portable kernel does.
 //!
 //! - AVX2: `vpmaddubsw` (unsigned bytes times signed ones, pairs summed in 16 bits) then
-//!   `vpmaddwd` by ones. The weights go in as their magnitudes and the inputs take their
-//!   signs, so no pair nears the 16-bit limit.
+//!   `vpmaddwd` by ones. Eight-bit weights go in as their magnitudes and the inputs take their
+//!   signs, so no pair nears the 16-bit limit. Four-bit weights go in as their stored nibbles
+//!   (`q + 8`, 0 to 15), and each lane then takes off eight times its inputs' sum
+//!   (`Job::x_offsets`): the same integers, with no sign to take per block.
 //! - AVX-512 VNNI: `vpdpbusd` does both steps in one.
 //!
 //! A tile is `R` outputs by `M` input rows: each weight block is unpacked once for the tile's
@@ -22,43 +24,53 @@ use std::ops::Range;
 /// Input rows of a one-output tile: eight sums, and registers left for the block's weights.
 const MAX_TILE_ROWS: usize = 8;
 
-/// A block's 32 weights as signed bytes, from its stored values.
+/// A block's 32 weights from its stored values: the nibbles (0 to 15) for `q4`, the signed
+/// values for `q8`.
 #[inline(always)]
 unsafe fn weights<const Q4: bool>(values: *const u8) -> __m256i {
     if Q4 {
-        let packed = _mm_loadu_si128(values.cast());
-        let nibbles = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
-        let unsigned = _mm256_and_si256(nibbles, _mm256_set1_epi8(0x0F));
-        _mm256_sub_epi8(unsigned, _mm256_set1_epi8(8))
+        // The 16 bytes in both halves, the upper half's shifted down to its high nibbles.
+        let both = _mm256_broadcastsi128_si256(_mm_loadu_si128(values.cast()));
+        let high_up = _mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4));
+        _mm256_and_si256(high_up, _mm256_set1_epi8(0x0F))
     } else {
         _mm256_loadu_si256(values.cast())
     }
 }
 
-/// The 32 products of a weight block (`w`, and its `magnitudes`) by an input block `x`, lane
-/// `j` the sum of products `4j..4j + 4`.
+/// The 32 products of a weight block (`w` from [`weights`], and for `q8` its `magnitudes`)
+/// by an input block `x`, lane `j` the sum of products `4j..4j + 4`; for `q4`, less the
+/// lanes' `offsets`.
 #[inline(always)]
-unsafe fn block_products<const VNNI: bool>(
+unsafe fn block_products<const Q4: bool, const VNNI: bool>(
     w: __m256i,
     magnitudes: __m256i,
     x: *const i8,
+    offsets: *const i32,
 ) -> __m256i {
-    let signed = _mm256_sign_epi8(_mm256_loadu_si256(x.cast()), w);
-    if VNNI {
-        _mm256_dpbusd_epi32(_mm256_setzero_si256(), magnitudes, signed)
+    let x = _mm256_loadu_si256(x.cast());
+    let (unsigned, signed) = if Q4 {
+        (w, x)
     } else {
-        _mm256_madd_epi16(
-            _mm256_maddubs_epi16(magnitudes, signed),
-            _mm256_set1_epi16(1),
-        )
+        (magnitudes, _mm256_sign_epi8(x, w))
+    };
+    let lanes = if VNNI {
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), unsigned, signed)
+    } else {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(unsigned, signed), _mm256_set1_epi16(1))
+    };
+    if Q4 {
+        _mm256_sub_epi32(lanes, _mm256_loadu_si256(offsets.cast()))
+    } else {
+        lanes
     }
 }
 
-/// A weight block's scale (bf16, its first two bytes) in every f32 lane: the 16 bits in both
-/// halves of each lane, shifted into the upper one.
+/// A weight block's scale (bf16, its first two bytes) in every f32 lane: the block's first
+/// four bytes in every lane, shifted so that the scale is the upper half.
 #[inline(always)]
 unsafe fn weight_scale(block: *const u8) -> __m256 {
-    let bits = _mm256_set1_epi16(block.cast::<i16>().read_unaligned());
+    let bits = _mm256_set1_epi32(block.cast::<i32>().read_unaligned());
     _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16))
 }
 
@@ -78,6 +90,8 @@ unsafe fn tile<const Q4: bool, const VNNI: bool, const R: usize, const M: usize>
     }
     let x = job.x.add(first_m * k);
     let x_scales = job.x_scales.add(first_m * blocks);
+    // Eight lanes per block; `q8` has none (never read).
+    let x_offsets = job.x_offsets.wrapping_add(first_m * k / 4);
     let mut acc = [[_mm256_setzero_ps(); M]; R];
     for b in 0..blocks {
         for (row, sums) in rows.iter().zip(acc.iter_mut()) {
@@ -87,10 +101,12 @@ unsafe fn tile<const Q4: bool, const VNNI: bool, const R: usize, const M: usize>
             // waited on memory; one output by several rows gained too.
             _mm_prefetch::<_MM_HINT_T0>(block.wrapping_add(R * blocks * bytes).cast());
             let w = weights::<Q4>(block.add(2));
-            let magnitudes = _mm256_sign_epi8(w, w);
+            let magnitudes = if Q4 { w } else { _mm256_sign_epi8(w, w) };
             let d = weight_scale(block);
             for (m, sum) in sums.iter_mut().enumerate() {
-                let lanes = block_products::<VNNI>(w, magnitudes, x.add(m * k + b * GROUP));
+                let at = m * k + b * GROUP;
+                let offsets = x_offsets.wrapping_add(at / 4);
+                let lanes = block_products::<Q4, VNNI>(w, magnitudes, x.add(at), offsets);
                 let products = _mm256_cvtepi32_ps(lanes);
                 let scale = _mm256_mul_ps(d, _mm256_broadcast_ss(&*x_scales.add(m * blocks + b)));
                 *sum = _mm256_fmadd_ps(products, scale, *sum);
