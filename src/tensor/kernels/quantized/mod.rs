@@ -323,6 +323,8 @@ pub struct Job {
     x: *const i8,
     /// `rows * k / 32` scales.
     x_scales: *const f32,
+    /// The scales again, `[blocks][rows]`, and 8 more (zeros).
+    x_scales_by_block: *const f32,
     /// `rows * k / 4` lanes' offsets for `q4` ([`Inputs::nibble_offsets`]); empty for `q8`.
     x_offsets: *const i32,
     w: *const u8,
@@ -401,6 +403,11 @@ pub fn linear_with(
     assert!(rows <= MAX_ROWS, "{rows} rows: more than {MAX_ROWS}");
     assert_eq!(y.len(), rows * out, "output length");
     let inputs = quantize_inputs(x);
+    let blocks = k / GROUP;
+    let mut by_block = vec![0f32; blocks * rows + 8];
+    for (i, &scale) in inputs.scales.iter().enumerate() {
+        by_block[(i % blocks) * rows + i / blocks] = scale;
+    }
     let offsets = match format {
         QuantFormat::Q4 => inputs.nibble_offsets(),
         QuantFormat::Q8 => Vec::new(),
@@ -410,6 +417,7 @@ pub fn linear_with(
         x: inputs.values.as_ptr(),
         x_scales: inputs.scales.as_ptr(),
         x_offsets: offsets.as_ptr(),
+        x_scales_by_block: by_block.as_ptr(),
         w: w.as_ptr(),
         y: y.as_mut_ptr(),
         k,

@@ -93,6 +93,7 @@ unsafe fn tile<const Q4: bool, const VNNI: bool, const R: usize, const M: usize>
     // Eight lanes per block; `q8` has none (never read).
     let x_offsets = job.x_offsets.wrapping_add(first_m * k / 4);
     let mut acc = [[_mm256_setzero_ps(); M]; R];
+    let mut combined = [0f32; 8];
     for b in 0..blocks {
         for (row, sums) in rows.iter().zip(acc.iter_mut()) {
             let block = row.add(b * bytes);
@@ -103,12 +104,20 @@ unsafe fn tile<const Q4: bool, const VNNI: bool, const R: usize, const M: usize>
             let w = weights::<Q4>(block.add(2));
             let magnitudes = if Q4 { w } else { _mm256_sign_epi8(w, w) };
             let d = weight_scale(block);
+            if M > 2 {
+                let row_scales = _mm256_loadu_ps(job.x_scales_by_block.add(b * job.rows + first_m));
+                _mm256_storeu_ps(combined.as_mut_ptr(), _mm256_mul_ps(d, row_scales));
+            }
             for (m, sum) in sums.iter_mut().enumerate() {
                 let at = m * k + b * GROUP;
                 let offsets = x_offsets.wrapping_add(at / 4);
                 let lanes = block_products::<Q4, VNNI>(w, magnitudes, x.add(at), offsets);
                 let products = _mm256_cvtepi32_ps(lanes);
-                let scale = _mm256_mul_ps(d, _mm256_broadcast_ss(&*x_scales.add(m * blocks + b)));
+                let scale = if M > 2 {
+                    _mm256_broadcast_ss(&combined[m])
+                } else {
+                    _mm256_mul_ps(d, _mm256_broadcast_ss(&*x_scales.add(m * blocks + b)))
+                };
                 *sum = _mm256_fmadd_ps(products, scale, *sum);
             }
         }
