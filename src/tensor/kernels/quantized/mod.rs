@@ -287,13 +287,13 @@ struct Inputs {
 }
 
 impl Inputs {
-    /// For each block of `values`, eight times the sum of each lane's four values: what
-    /// multiplying by `q4`'s stored nibbles (`q + 8`) adds to each lane of the products, so
-    /// that a kernel may multiply the nibbles as they are and take it off after.
+    /// For each block of `values`, minus eight times the sum of each lane's four values:
+    /// what multiplying by `q4`'s stored nibbles (`q + 8`) adds to each lane of the products,
+    /// negated, so that a kernel may multiply the nibbles as they are and add this.
     fn nibble_offsets(&self) -> Vec<i32> {
         self.values
             .chunks_exact(4)
-            .map(|four| 8 * four.iter().map(|&v| i32::from(v)).sum::<i32>())
+            .map(|four| -8 * four.iter().map(|&v| i32::from(v)).sum::<i32>())
             .collect()
     }
 }
