@@ -323,7 +323,8 @@ pub struct Job {
     x: *const i8,
     /// `rows * k / 32` scales.
     x_scales: *const f32,
-    /// The scales again, `[blocks][rows]`, and 8 more (zeros).
+    /// The scales again, `[blocks][rows]`, and 8 zeros after, so that a tile reads eight rows'
+    /// scales of a block at once from any row.
     x_scales_by_block: *const f32,
     /// `rows * k / 4` lanes' offsets for `q4` ([`Inputs::nibble_offsets`]); empty for `q8`.
     x_offsets: *const i32,
