@@ -51,12 +51,20 @@ pub(in crate::tensor) fn quantized_embedding(
 ) -> Option<TchTensor> {
     let format = quantized_format(table)?;
     let rows = table.index_select(0, &ids.flatten(0, -1)).contiguous();
-    // SAFETY: `rows` is a contiguous CPU tensor of bytes, `numel` of them.
-    let blocks = unsafe { std::slice::from_raw_parts(rows.data_ptr() as *const u8, rows.numel()) };
-    let values = quantized::dequantize(format, blocks);
+    let values = quantized::dequantize(format, bytes(&rows));
     let mut shape = ids.size();
     shape.push(table.size()[1] * quantized::GROUP as i64);
     Some(TchTensor(tch::Tensor::from_slice(&values).reshape(shape)))
+}
+
+/// The bytes of a contiguous CPU tensor of `Uint8`, borrowed for as long as the tensor.
+fn bytes(t: &tch::Tensor) -> &[u8] {
+    assert!(
+        t.is_contiguous() && t.kind() == Kind::Uint8 && t.device() == Device::Cpu,
+        "a contiguous CPU tensor of bytes"
+    );
+    // SAFETY: checked above: `numel` bytes from `data_ptr`, which `t` keeps alive.
+    unsafe { std::slice::from_raw_parts(t.data_ptr() as *const u8, t.numel()) }
 }
 
 /// The format of a weight stored by `quantize_weight` or `from_quantized` (bytes
@@ -79,8 +87,7 @@ pub(super) fn quantized_linear(
     let size = w.size();
     let (out, k) = (size[0], size[1] * GROUP as i64);
     let w = w.contiguous();
-    // SAFETY: `w` is a contiguous CPU tensor of bytes, `numel` of them.
-    let blocks = unsafe { std::slice::from_raw_parts(w.data_ptr() as *const u8, w.numel()) };
+    let blocks = bytes(&w);
     let rows = x.numel() / k as usize;
     assert_eq!(
         x.size().last(),

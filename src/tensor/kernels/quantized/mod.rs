@@ -287,6 +287,16 @@ struct Inputs {
 }
 
 impl Inputs {
+    /// The scales `[blocks][rows]`, and 8 zeros after, so that a tile reads eight rows'
+    /// scales of a block at once from any row.
+    fn scales_by_block(&self, blocks: usize, rows: usize) -> Vec<f32> {
+        let mut by_block = vec![0f32; blocks * rows + 8];
+        for (i, &scale) in self.scales.iter().enumerate() {
+            by_block[(i % blocks) * rows + i / blocks] = scale;
+        }
+        by_block
+    }
+
     /// For each block of `values`, minus eight times the sum of each lane's four values:
     /// what multiplying by `q4`'s stored nibbles (`q + 8`) adds to each lane of the products,
     /// negated, so that a kernel may multiply the nibbles as they are and add this.
@@ -323,8 +333,8 @@ pub struct Job {
     x: *const i8,
     /// `rows * k / 32` scales.
     x_scales: *const f32,
-    /// The scales again, `[blocks][rows]`, and 8 zeros after, so that a tile reads eight rows'
-    /// scales of a block at once from any row.
+    /// The scales again ([`Inputs::scales_by_block`]) when more than two rows come (only
+    /// tiles of more than two rows read them); else empty.
     x_scales_by_block: *const f32,
     /// `rows * k / 4` lanes' offsets for `q4` ([`Inputs::nibble_offsets`]); empty for `q8`.
     x_offsets: *const i32,
@@ -404,11 +414,11 @@ pub fn linear_with(
     assert!(rows <= MAX_ROWS, "{rows} rows: more than {MAX_ROWS}");
     assert_eq!(y.len(), rows * out, "output length");
     let inputs = quantize_inputs(x);
-    let blocks = k / GROUP;
-    let mut by_block = vec![0f32; blocks * rows + 8];
-    for (i, &scale) in inputs.scales.iter().enumerate() {
-        by_block[(i % blocks) * rows + i / blocks] = scale;
-    }
+    let by_block = if rows > 2 {
+        inputs.scales_by_block(k / GROUP, rows)
+    } else {
+        Vec::new()
+    };
     let offsets = match format {
         QuantFormat::Q4 => inputs.nibble_offsets(),
         QuantFormat::Q8 => Vec::new(),
