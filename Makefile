@@ -5,7 +5,7 @@ ENV := setup_env=$$(scripts/setup.sh --env) && eval "$$setup_env" &&
 # Building and serving need only libtorch and cmake, not the tests' browser and SDK.
 BUILD_ENV := setup_env=$$(scripts/setup.sh --build-only --env) && eval "$$setup_env" &&
 
-.PHONY: setup build serve test test-avx2 test-aarch64 lint bench bench-load soak test-mlx fuzz
+.PHONY: setup build serve test test-avx2 test-aarch64 test-cuda lint bench bench-load soak test-mlx fuzz
 
 setup:
 	@scripts/setup.sh
@@ -40,6 +40,12 @@ test-avx2:
 # The CPU kernel's tests cross-compiled for aarch64 and run under qemu (the portable variant).
 test-aarch64:
 	scripts/test-aarch64.sh
+
+# The tests that need a CUDA GPU of compute capability 8.0 or more (libtorch's int4 product),
+# built against the CUDA libtorch, installed in its own folders (.deps/cuda, target/cuda).
+CUDA_ENV := setup_env=$$(VOXTRAL_DEPS=$(CURDIR)/.deps/cuda VOXTRAL_CUDA=1 scripts/setup.sh --build-only --env) && eval "$$setup_env" &&
+test-cuda:
+	$(CUDA_ENV) CARGO_TARGET_DIR=target/cuda cargo test --features testkit --lib --test it -- --ignored cuda
 
 # Both builds: the server's, and the one with the tests' `testkit`.
 lint:

@@ -1,4 +1,5 @@
-// CUDA graphs through libtorch's own at::cuda::CUDAGraph, for src/tensor/cuda_graph.rs.
+// CUDA graphs through libtorch's own at::cuda::CUDAGraph, and two facts of a device (its
+// allocator's reserved bytes, its compute capability), for src/tensor/cuda_graph.rs.
 // Compiled by build.rs only when the libtorch it links has CUDA kernels.
 //
 // Only c10's device-generic guards and events are used: CUDA's own (CUDAGuard) are inline and
@@ -8,6 +9,7 @@
 // kept for this thread (vt_cuda_graph_last_error). No C++ exception crosses into Rust.
 
 #include <ATen/cuda/CUDAGraph.h>
+#include <cuda_runtime_api.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -17,6 +19,12 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+
+// libtorch_cuda's own, declared here: its header (ATen/cuda/CUDAContextLight.h) pulls in
+// cuBLAS's, which need CUDA C++ headers the wheels leave out.
+namespace at::cuda {
+cudaDeviceProp* getDeviceProperties(c10::DeviceIndex device);
+}  // namespace at::cuda
 
 namespace {
 
@@ -132,6 +140,17 @@ int vt_cuda_reserved_bytes(int device, long long* out) {
         static_cast<c10::DeviceIndex>(device));
     auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
     *out = stats.reserved_bytes[aggregate].current;
+  });
+}
+
+// The device's compute capability (the int4 product's kernel needs 8.0 or more).
+int vt_cuda_capability(int device, int* major, int* minor) {
+  *major = 0;
+  *minor = 0;
+  return guarded([&] {
+    auto* properties = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device));
+    *major = properties->major;
+    *minor = properties->minor;
   });
 }
 

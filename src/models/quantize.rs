@@ -130,7 +130,7 @@ pub fn weight_format<T: Tensor>(
     quantize: Option<QuantFormat>,
 ) -> String {
     match stored_format(dir).or(quantize) {
-        Some(format) if T::multiplies_quantized(device) => format.name().to_string(),
+        Some(format) if T::multiplies_quantized(device, format) => format.name().to_string(),
         _ => dtype.to_string(),
     }
 }

@@ -54,6 +54,7 @@ mod shim {
         pub fn vt_cuda_graph_capture_end(graph: *mut c_void) -> c_int;
         pub fn vt_cuda_graph_replay(graph: *mut c_void) -> c_int;
         pub fn vt_cuda_reserved_bytes(device: c_int, out: *mut c_longlong) -> c_int;
+        pub fn vt_cuda_capability(device: c_int, major: *mut c_int, minor: *mut c_int) -> c_int;
     }
 
     /// The shim's status as a result: its message on failure.
@@ -148,6 +149,25 @@ impl Drop for CudaGraph {
     }
 }
 
+/// CUDA device `device`'s compute capability (major, minor), from the shim (the only code
+/// here that reads a device's properties).
+pub fn compute_capability(device: usize) -> Result<(u32, u32), GraphError> {
+    #[cfg(voxtral_cuda_graphs)]
+    {
+        let index = std::ffi::c_int::try_from(device)
+            .map_err(|_| GraphError::Cuda(format!("device index {device}")))?;
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: writes one integer to each of `major` and `minor`.
+        shim::check(unsafe { shim::vt_cuda_capability(index, &mut major, &mut minor) })?;
+        Ok((major.max(0) as u32, minor.max(0) as u32))
+    }
+    #[cfg(not(voxtral_cuda_graphs))]
+    {
+        let _ = device;
+        Err(GraphError::NotBuilt)
+    }
+}
+
 /// Bytes libtorch's caching allocator holds on CUDA device `device`, graph pools included:
 /// the difference across captures is the memory they keep.
 pub fn reserved_bytes(device: usize) -> Result<u64, GraphError> {
@@ -184,6 +204,7 @@ mod tests {
         assert!(err.to_string().contains("no CUDA graphs"), "{err}");
         assert!(!ran, "nothing runs when nothing can be captured");
         assert_eq!(reserved_bytes(0), Err(GraphError::NotBuilt));
+        assert_eq!(compute_capability(0), Err(GraphError::NotBuilt));
     }
 
     #[test]

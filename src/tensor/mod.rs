@@ -348,8 +348,8 @@ pub trait Tensor: TensorData + Elementwise + Layout + NetworkOps {
         None
     }
     /// Whether `linear` multiplies the weights of `quantize_weight` and `from_quantized` in
-    /// their own bits on `device` (elsewhere they are dequantized at load).
-    fn multiplies_quantized(_device: &Self::Device) -> bool {
+    /// `format`'s own bits on `device` (elsewhere they are dequantized at load).
+    fn multiplies_quantized(_device: &Self::Device, _format: QuantFormat) -> bool {
         false
     }
     /// The linear weight `[out, in]` stored in `format` for `linear` and `linear_rows`

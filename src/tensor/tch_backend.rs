@@ -3,6 +3,7 @@
 //! with NLC sequences transposed to NCL around them here, inside the backend.
 
 use super::kernels::cpu::{self, settle_vector_math};
+use super::kernels::cuda_int4;
 use super::quantized::QuantFormat;
 use super::{
     cuda_graph::{CudaGraph, GraphError},
@@ -302,12 +303,25 @@ impl Layout for TchTensor {
         Self::wrap(self.0.expand(dims(shape), false))
     }
 
+    /// An int4 CUDA weight's rows (`dim` 0) stay in its form.
     fn narrow(&self, dim: usize, start: usize, len: usize) -> Self {
-        Self::wrap(self.0.narrow(dim as i64, start as i64, len as i64))
+        let (start, len) = (start as i64, len as i64);
+        if dim == 0 {
+            if let Some(rows) = cuda_int4::narrow_rows(&self.0, start, len) {
+                return Self::wrap(rows);
+            }
+        }
+        Self::wrap(self.0.narrow(dim as i64, start, len))
     }
 
+    /// Int4 CUDA weights stacked by rows (`dim` 0) stay in their form.
     fn cat(parts: &[&Self], dim: usize) -> Self {
         let ts: Vec<&tch::Tensor> = parts.iter().map(|p| &p.0).collect();
+        if dim == 0 {
+            if let Some(stacked) = cuda_int4::cat_rows(&ts) {
+                return Self::wrap(stacked);
+            }
+        }
         Self::wrap(tch::Tensor::cat(&ts, dim as i64))
     }
 
@@ -334,7 +348,10 @@ impl NetworkOps for TchTensor {
     fn linear(&self, weight: &Self) -> Self {
         if self.0.device() != Device::Cpu {
             profile::count_multiply_adds(cpu::multiply_adds(self.0.numel(), weight));
-            return Self::wrap(self.0.linear::<tch::Tensor>(&weight.0, None));
+            return Self::wrap(
+                cuda_int4::linear(&self.0, &weight.0)
+                    .unwrap_or_else(|| self.0.linear::<tch::Tensor>(&weight.0, None)),
+            );
         }
         cpu::linear(self, weight)
     }
@@ -546,6 +563,9 @@ impl Tensor for TchTensor {
     }
 
     fn linear_rows(&self, weight: &Self, start: usize, len: usize) -> Self {
+        if let Some(y) = cuda_int4::linear_rows(&self.0, &weight.0, start as i64, len as i64) {
+            return Self::wrap(y);
+        }
         cpu::linear_rows(self, weight, start, len)
             .unwrap_or_else(|| self.linear(&weight.narrow(0, start, len)))
     }
@@ -555,12 +575,16 @@ impl Tensor for TchTensor {
         cpu::pack_for_few_rows(parts, products)
     }
 
-    /// On the CPU only (`cpu::quantized_linear`).
-    fn multiplies_quantized(device: &Device) -> bool {
-        *device == Device::Cpu
+    /// On the CPU (`cpu::quantized_linear`); `q4` on CUDA devices that run libtorch's int4
+    /// product (`cuda_int4`).
+    fn multiplies_quantized(device: &Device, format: QuantFormat) -> bool {
+        *device == Device::Cpu || (format == QuantFormat::Q4 && cuda_int4::multiplies_on(*device))
     }
 
     fn quantize_weight(&self, format: QuantFormat) -> Option<Self> {
+        if self.0.device() != Device::Cpu {
+            return cuda_int4::quantize(&self.0, format);
+        }
         cpu::quantize_weight(self, format)
     }
 
@@ -572,6 +596,9 @@ impl Tensor for TchTensor {
         dtype: DType,
     ) -> Self {
         if *device != Device::Cpu {
+            if let Some(weight) = cuda_int4::from_blocks(*device, blocks, format, shape) {
+                return weight;
+            }
             let values = super::quantized::dequantize(format, blocks);
             return Self::from_f32(device, &values, &shape, dtype);
         }

@@ -263,6 +263,48 @@ fn quantized_voxtral_predictions_stay_near_bf16_teacher_forced() {
     }
 }
 
+/// On a CUDA device, q4 weights multiplied by libtorch's int4 product (kept in 4 bits, not
+/// dequantized at load; q8 is dequantized there), against the f32 run on the same device,
+/// teacher-forced: within the CPU's q4 bounds.
+#[test]
+#[ignore = "needs a CUDA device of compute capability 8.0 or more (make test-cuda)"]
+fn cuda_q4_predictions_stay_near_f32_teacher_forced() {
+    use voxtral_tts::models::quantize::weight_format;
+    let _guard = tch::no_grad_guard();
+    let cuda = tch::Device::Cuda(0);
+    for name in ["tiny_noise", "odd_noise"] {
+        let case = Case::load(name);
+        let dir = case.model_dir();
+        let format = |quantize| weight_format::<TchTensor>(&dir, &cuda, DType::F32, quantize);
+        assert_eq!(format(Some(QuantFormat::Q4)), "q4");
+        assert_eq!(format(Some(QuantFormat::Q8)), "f32");
+        let load = |quantize| {
+            let options = EngineOptions {
+                quantize,
+                ..EngineOptions::default()
+            };
+            Voxtral::<TchTensor>::load_for(&dir, &cuda, DType::F32, &options).unwrap()
+        };
+        let reference = load(None)
+            .start(&case.request(case.codes().len()))
+            .unwrap()
+            .finish()
+            .unwrap()
+            .codes;
+        assert!(reference.len() >= 10, "{name}: too few frames to measure");
+        let (semantic, acoustic) =
+            voxtral_agreement(&load(Some(QuantFormat::Q4)), &case, &reference);
+        eprintln!(
+            "{name} q4 on CUDA against f32, teacher-forced: semantic {:.1}%, acoustic within one {:.1}% ({} frames)",
+            100.0 * semantic,
+            100.0 * acoustic,
+            reference.len()
+        );
+        assert!(semantic >= 0.25, "{name}: semantic {semantic:.3}");
+        assert!(acoustic >= 0.6, "{name}: acoustic {acoustic:.3}");
+    }
+}
+
 /// The largest relative error of a layer's output pinned per format (measured, with a margin).
 const VOXTRAL_Q8_DRIFT: f64 = 0.04;
 const VOXTRAL_Q4_DRIFT: f64 = 0.3;

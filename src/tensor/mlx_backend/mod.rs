@@ -690,7 +690,7 @@ impl NetworkOps for MlxTensor {
 
 /// Quantized weights are multiplied by MLX's `quantized_matmul` on every device.
 impl Tensor for MlxTensor {
-    fn multiplies_quantized(_device: &MlxDevice) -> bool {
+    fn multiplies_quantized(_device: &MlxDevice, _format: QuantFormat) -> bool {
         true
     }
 

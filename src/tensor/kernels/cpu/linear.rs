@@ -65,6 +65,7 @@ pub(super) fn cpu_linear(x: &tch::Tensor, w: &tch::Tensor) -> tch::Tensor {
 /// The multiply-adds of a product of `inputs` values by `weight` (packed, quantized or not).
 pub(in crate::tensor) fn multiply_adds(inputs: usize, weight: &TchTensor) -> u64 {
     let out = packed_outputs(&weight.0)
+        .or_else(|| super::super::cuda_int4::outputs(&weight.0))
         .or_else(|| weight.0.size().first().copied())
         .unwrap_or(0);
     inputs as u64 * out.max(0) as u64
