@@ -6,7 +6,7 @@ use crate::device::{parse_dtype, DeviceChoice};
 use crate::engine::CudaGraphs;
 use crate::tensor::cpu_gemv::{peak_f32_flops, Variant};
 use crate::tensor::quantized::{parse_quantize, QuantFormat};
-use crate::tensor::{DType, ROW_CLASSES};
+use crate::tensor::{DType, Tensor, ROW_CLASSES};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -82,12 +82,14 @@ fn peak_rss_bytes() -> Option<u64> {
     })
 }
 
-/// How the large linear weights of the folder `dir` are multiplied: `q8` or `q4` (stored so,
-/// or `--quantize`), or the compute dtype.
-pub fn weights_name(args: &BenchArgs, dir: &std::path::Path) -> String {
-    crate::models::quantize::stored_format(dir)
-        .or(args.quantize)
-        .map_or(args.dtype.to_string(), |f| f.name().to_string())
+/// How the large linear weights of the folder `dir` are multiplied on `device`: `q8` or `q4`
+/// where `T` multiplies them so (stored so, or `--quantize`), else the compute dtype.
+pub fn weights_name<T: Tensor>(
+    args: &BenchArgs,
+    dir: &std::path::Path,
+    device: &T::Device,
+) -> String {
+    crate::models::quantize::weight_format::<T>(dir, device, args.dtype, args.quantize)
 }
 
 /// A duration in milliseconds, as every bench line prints it.

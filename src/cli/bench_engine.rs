@@ -63,6 +63,7 @@ impl OnBackend for EngineBench<'_> {
             started,
             backend: T::BACKEND,
             device: format!("{device:?}"),
+            weights: weights_name::<T>(self.args, &self.dir, device),
             kernel: T::is_cpu(device).then(|| Variant::active().name()),
             threads: if T::BACKEND == TchTensor::BACKEND {
                 usize::try_from(tch::get_num_threads()).unwrap_or(1).max(1)
@@ -86,6 +87,8 @@ struct Timed<'a> {
     started: Instant,
     backend: &'static str,
     device: String,
+    /// How the large linear weights are multiplied (`weights_name`).
+    weights: String,
     /// The CPU kernel variant, on a CPU.
     kernel: Option<&'static str>,
     threads: usize,
@@ -226,7 +229,7 @@ impl WithEngine for Timed<'_> {
             "backend": self.backend,
             "device": self.device,
             "dtype": args.dtype.to_string(),
-            "weights": weights_name(args, self.dir),
+            "weights": self.weights,
             "kernel": self.kernel,
             "threads": self.threads,
             "frame_ms": frame_ms,

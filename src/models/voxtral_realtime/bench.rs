@@ -124,7 +124,7 @@ impl OnBackend for SttBench<'_> {
             "backend": T::BACKEND,
             "device": format!("{device:?}"),
             "dtype": args.dtype.to_string(),
-            "weights": weights_name(args, dir),
+            "weights": weights_name::<T>(args, dir, device),
             "kernel": T::is_cpu(device).then(|| Variant::active().name()),
             "threads": threads,
             "frame_ms": step_audio_ms,

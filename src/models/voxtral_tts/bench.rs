@@ -6,11 +6,10 @@ use super::params::Config;
 use super::{Generation, Noise, StageTimes, SynthesisRequest, Voxtral};
 use crate::bench::{
     arithmetic_rate, copy_bandwidth, cpu_kernel_and_peak, finish_report, ms, products_by_rows,
-    read_bandwidth, BenchArgs,
+    read_bandwidth, weights_name, BenchArgs,
 };
 use crate::device::OnBackend;
 use crate::engine::EngineOptions;
-use crate::models::quantize::stored_format;
 use crate::tensor::cpu_gemv::{sampled_f32_flops, Variant};
 use crate::tensor::quantized::{QuantFormat, GROUP};
 use crate::tensor::tch_backend::TchTensor;
@@ -110,13 +109,14 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
         );
     }
     let per = |d: Duration| ms(d) / frames as f64;
+    // `q8` or `q4` where this backend multiplies the weights so (dequantized elsewhere).
+    let weights = weights_name::<T>(args, &dir, device);
+    let multiplied: Option<QuantFormat> = weights.parse().ok();
     println!(
         "model      {} ({}{}, {} {:?}{})",
         dir.display(),
         args.dtype,
-        stored_format(&dir)
-            .or(args.quantize)
-            .map_or(String::new(), |f| format!(", {f} weights")),
+        multiplied.map_or(String::new(), |f| format!(", {f} weights")),
         T::BACKEND,
         device,
         if T::BACKEND == TchTensor::BACKEND {
@@ -154,15 +154,15 @@ fn run_on<T: Tensor>(args: &BenchArgs, dir: PathBuf, device: &T::Device) -> Resu
         "total      {step:.2} ms/frame over {frames} frames (real-time factor {:.3})",
         step / frame_ms
     );
-    let format = stored_format(&dir).or(args.quantize);
-    let (backbone_bytes, flow_bytes) = weight_bytes_per_frame(&model.config, args.dtype, format);
+    let (backbone_bytes, flow_bytes) =
+        weight_bytes_per_frame(&model.config, args.dtype, multiplied);
     let mut report = json!({
         "family": "voxtral-tts",
         "model": dir.display().to_string(),
         "backend": T::BACKEND,
         "device": format!("{device:?}"),
         "dtype": args.dtype.to_string(),
-        "weights": format.map_or(args.dtype.to_string(), |f| f.name().to_string()),
+        "weights": weights,
         "kernel": T::is_cpu(device).then(|| Variant::active().name()),
         "threads": threads,
         "frames": frames,
