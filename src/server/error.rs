@@ -123,7 +123,8 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.status.is_server_error() {
+        // A 503 (loading, shutting down) is a state, not a failure: the response line logs it.
+        if self.status.is_server_error() && self.status != StatusCode::SERVICE_UNAVAILABLE {
             tracing::warn!(status = %self.status, code = ?self.code, message = %self.message, "request failed");
         }
         let body = ErrorResponse {

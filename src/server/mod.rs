@@ -41,6 +41,7 @@ use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
+use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
@@ -193,11 +194,24 @@ fn router(state: AppState) -> Router {
                     .unwrap_or("");
                 tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), id)
             })
-            .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
+            .on_response(DefaultOnResponse::new().level(tracing::Level::INFO))
+            .on_failure(log_failure),
     )
     .layer(PropagateRequestIdLayer::new(REQUEST_ID))
     .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
     .with_state(state)
+}
+
+/// A failed response at error level, but not a 503: loading and shutting down are states,
+/// answered with `Retry-After` (a readiness probe asks every few seconds while a model
+/// loads), and the response line already logs them.
+fn log_failure(failure: ServerErrorsFailureClass, latency: Duration, _span: &tracing::Span) {
+    if !matches!(
+        failure,
+        ServerErrorsFailureClass::StatusCode(StatusCode::SERVICE_UNAVAILABLE)
+    ) {
+        tracing::error!(classification = %failure, latency_ms = latency.as_millis(), "response failed");
+    }
 }
 
 fn cors(origins: &[String]) -> Option<CorsLayer> {
