@@ -87,7 +87,7 @@ fn mlx_evaluates_once_per_backbone_pass_flow_head_frame_and_decode() {
 /// levels within one.
 #[test]
 fn mlx_quantized_predictions_stay_near_f32_teacher_forced() {
-    use crate::quantization::voxtral_agreement;
+    use crate::quantization::{reference_codes, voxtral_agreement};
     use voxtral_tts::engine::EngineOptions;
     use voxtral_tts::models::voxtral_tts::Voxtral;
     use voxtral_tts::tensor::quantized::QuantFormat;
@@ -99,12 +99,7 @@ fn mlx_quantized_predictions_stay_near_f32_teacher_forced() {
         };
         Voxtral::<MlxTensor>::load_for(&case.model_dir(), &device(), DType::F32, &options).unwrap()
     };
-    let reference = load(None)
-        .start(&case.request(case.codes().len()))
-        .unwrap()
-        .finish()
-        .unwrap()
-        .codes;
+    let reference = reference_codes(&load(None), &case);
     assert!(reference.len() >= 10, "too few frames to measure");
     for (format, min_semantic, min_acoustic) in
         [(QuantFormat::Q8, 0.95, 0.95), (QuantFormat::Q4, 0.25, 0.6)]

@@ -143,6 +143,17 @@ fn a_folder_that_is_not_a_model_or_already_quantized_is_refused() {
     assert!(quantize_folder(&empty, &tmp.path().join("out"), QuantFormat::Q8, &progress).is_err());
 }
 
+/// The frames a Voxtral TTS model makes for `case`'s request (as many as its goldens at most):
+/// the reference a quantized run is teacher-forced against.
+pub(crate) fn reference_codes<T: Tensor>(model: &Voxtral<T>, case: &Case) -> Vec<Vec<u32>> {
+    model
+        .start(&case.request(case.codes().len()))
+        .unwrap()
+        .finish()
+        .unwrap()
+        .codes
+}
+
 /// Teacher-forced agreement of a Voxtral TTS model with reference frames: each step reads the
 /// reference's frame, so one differing code does not compound. Semantic codes equal, and
 /// acoustic levels within one.
@@ -225,12 +236,7 @@ fn quantized_voxtral_predictions_stay_near_bf16_teacher_forced() {
             Voxtral::<TchTensor>::load_for(&dir, &CPU, DType::F32, &options).unwrap()
         };
         let unquantized = load(None);
-        let reference = unquantized
-            .start(&case.request(case.codes().len()))
-            .unwrap()
-            .finish()
-            .unwrap()
-            .codes;
+        let reference = reference_codes(&unquantized, &case);
         assert!(reference.len() >= 10, "{name}: too few frames to measure");
         let (_, reference_layers) =
             layer_probe::recording(|| voxtral_agreement(&unquantized, &case, &reference));
@@ -285,12 +291,7 @@ fn cuda_q4_predictions_stay_near_f32_teacher_forced() {
             };
             Voxtral::<TchTensor>::load_for(&dir, &cuda, DType::F32, &options).unwrap()
         };
-        let reference = load(None)
-            .start(&case.request(case.codes().len()))
-            .unwrap()
-            .finish()
-            .unwrap()
-            .codes;
+        let reference = reference_codes(&load(None), &case);
         assert!(reference.len() >= 10, "{name}: too few frames to measure");
         let (semantic, acoustic) =
             voxtral_agreement(&load(Some(QuantFormat::Q4)), &case, &reference);
