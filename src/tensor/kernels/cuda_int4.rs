@@ -120,15 +120,22 @@ fn join(packed: &tch::Tensor, scales: &tch::Tensor, out: i64, k: i64) -> tch::Te
     )
 }
 
-/// The packed values and the scales of a weight in this form: views, nothing copied.
-fn parts(w: &tch::Tensor) -> Option<(tch::Tensor, tch::Tensor)> {
-    // The cheap checks first: every `narrow` and `cat` of dimension 0 asks.
+/// `(out, k / 32)` of a weight in this form, or `None` for any other tensor: no tensor made
+/// (every product on CUDA, and every `narrow` and `cat` of dimension 0, asks).
+fn form_size(w: &tch::Tensor) -> Option<(i64, i64)> {
+    // The cheap checks first.
     if w.kind() != Kind::Int || w.dim() != 3 || w.device() == Device::Cpu {
         return None;
     }
-    let &[PLANES, out, groups] = w.size().as_slice() else {
-        return None;
-    };
+    match w.size().as_slice() {
+        &[PLANES, out, groups] => Some((out, groups)),
+        _ => None,
+    }
+}
+
+/// The packed values and the scales of a weight in this form: views, nothing copied.
+fn parts(w: &tch::Tensor) -> Option<(tch::Tensor, tch::Tensor)> {
+    let (out, groups) = form_size(w)?;
     let k = groups * GROUP as i64;
     let inner = inner_k_tiles(k);
     let packed =
@@ -143,7 +150,7 @@ fn parts(w: &tch::Tensor) -> Option<(tch::Tensor, tch::Tensor)> {
 
 /// A weight's output rows, where it is in this form.
 pub(in crate::tensor) fn outputs(w: &tch::Tensor) -> Option<i64> {
-    parts(w).map(|_| w.size()[1])
+    form_size(w).map(|(out, _)| out)
 }
 
 /// `x · wᵀ` where `w` is in this form: `x`'s rows in bf16 (the product's input type), the
